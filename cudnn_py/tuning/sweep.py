@@ -68,9 +68,7 @@ def covers(rec: dict, settings: Settings) -> bool:
 
 def _outputs(*tensors, layout: str | None = None) -> None:
     from cudnn_py.graph.graph import packed_strides
-    for t in tensors:
-        if t is None:
-            continue
+    for t in (t for t in tensors if t is not None):
         t.set_output(True)
         if layout and len(t.shape) == 4:
             t.strides = packed_strides(t.shape, layout)
