@@ -124,9 +124,8 @@ def analyse(problems: Sequence[Problem], records: dict, filters: Filters = Filte
 
 
 def totals(results: Sequence[LayerResult]) -> dict:
-    """Whole-model figures: time of one step with the heuristic's picks and with the best (over the operations
-    that have both), the speed-up, how many operations the heuristic misses by more than :data:`MISS`, and how many
-    had nothing usable."""
+    """Whole-model figures: one step's time with the heuristic's picks and with the best (where both exist), the
+    speed-up, the operations the heuristic misses by more than :data:`MISS`, and those with nothing usable."""
     both = [r for r in results if r.best_ms is not None and r.picks.get("heuristic")]
     heuristic = sum(r.picks["heuristic"][1] * r.count for r in both)
     tuned = sum((r.best_ms or 0.0) * r.count for r in both)
