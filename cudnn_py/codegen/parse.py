@@ -1,9 +1,7 @@
-"""Read the cuDNN headers into a :mod:`model`: preprocess with ``cpp`` and the stubs, parse with pycparser.
-
-Declarations are attributed to the header they appear in through cpp's line markers. What the
-preprocessor erases is read from the raw text: which declarations are ``CUDNN_DEPRECATED``, the
-``@brief``/``@deprecated`` comments, and the object-like ``#define CUDNN_*`` constants (whose
-values are then evaluated by the same preprocessor, so ``(1U << CUDNN_SEV_ERROR)`` comes out right).
+"""Read the cuDNN headers into a :mod:`model`: preprocess with ``cpp`` and the stubs, parse with pycparser; each
+declaration belongs to the header cpp's line markers name. What the preprocessor erases is read from the raw text:
+``CUDNN_DEPRECATED`` marks, ``@brief``/``@deprecated`` comments, and the object-like ``#define CUDNN_*`` constants
+(their values evaluated by the same preprocessor, so ``(1U << CUDNN_SEV_ERROR)`` comes out right).
 """
 from __future__ import annotations
 
