@@ -19,15 +19,11 @@ __all__ = ["LOCK", "import_module", "locked", "warm_imports", "WARM", "MOVED"]
 LOCK = threading.RLock()
 
 #: what the operation families import at call time (in-function imports), imported by :func:`warm_imports`
-WARM = (
-    "cudnn_py.capi", "cudnn_py.clib.log", "cudnn_py.clib.nvtx", "cudnn_py.removed", "cudnn_py.clib.status",
-    "cudnn_py.calls.defaults", "cudnn_py.core.args", "cudnn_py.core.memory", "cudnn_py.core.streams",
-    "cudnn_py.calls.algorithms", "cudnn_py.tuning_records", "cudnn_py.tuning_records.database",
-    "cudnn_py.calls.fastest_cache", "cudnn_py.calls.engine_choice", "cudnn_py.graph",
-    "cudnn_py.graph.descriptors", "cudnn_py.graph.errors", "cudnn_py.graph.graph", "cudnn_py.graph.plans",
-    "cudnn_py.graph.execute", "cudnn_py.graph.runner", "cudnn_py.graph.conv", "cudnn_py.graph.legacy",
-    "cudnn_py.ops._common", "cudnn_py.ops.dropout"
-)
+WARM = tuple(f"cudnn_py.{m}" for m in (
+    "capi", "clib.log", "clib.nvtx", "removed", "clib.status", "calls.defaults", "core.args", "core.memory",
+    "core.streams", "calls.algorithms", "tuning_records", "tuning_records.database", "calls.fastest_cache",
+    "calls.engine_choice", "graph", "graph.descriptors", "graph.errors", "graph.graph", "graph.plans", "graph.execute",
+    "graph.runner", "graph.conv", "graph.legacy", "ops._common", "ops.dropout"))
 
 _warm = False
 
@@ -87,17 +83,13 @@ def warm_imports() -> None:
 
 #: modules' paths before they moved into the C runtime, core and call packages -> where they are now
 MOVED = {f"cudnn_py.{old}": f"cudnn_py.{new}" for old, new in (
-    ("_binding", "clib.binding"), ("_install", "clib.install"), ("_loader", "clib.loader"), ("_status", "clib.status"),
-    ("log", "clib.log"), ("nvtx", "clib.nvtx"), ("recording", "clib.recording"),
-    ("args", "core.args"), ("caches", "core.caches"), ("contexts", "core.contexts"),
-    ("conv_layout", "core.conv_layout"), ("descriptors", "core.descriptors"), ("dlpack", "core.dlpack"),
-    ("dtypes", "core.dtypes"), ("foreign", "core.foreign"), ("handle", "core.handle"), ("memory", "core.memory"),
-    ("streams", "core.streams"), ("strided", "core.strided"), ("workspace", "core.workspace"),
-    ("_defaults", "calls.defaults"), ("algorithm_queries", "calls.algorithm_queries"),
-    ("algorithms", "calls.algorithms"), ("engine_choice", "calls.engine_choice"),
-    ("fastest_cache", "calls.fastest_cache"), ("prepared", "calls.prepared"),
-    ("tuning.database", "tuning_records.database"), ("tuning.fingerprint", "tuning_records.fingerprint"),
-    ("tuning.models", "tuning_records.models"),
+    *((f"_{m}", f"clib.{m}") for m in ("binding", "install", "loader", "status")),
+    *((m, f"clib.{m}") for m in ("log", "nvtx", "recording")),
+    *((m, f"core.{m}") for m in ("args", "caches", "contexts", "conv_layout", "descriptors", "dlpack", "dtypes",
+                                  "foreign", "handle", "memory", "streams", "strided", "workspace")),
+    ("_defaults", "calls.defaults"),
+    *((m, f"calls.{m}") for m in ("algorithm_queries", "algorithms", "engine_choice", "fastest_cache", "prepared")),
+    *((f"tuning.{m}", f"tuning_records.{m}") for m in ("database", "fingerprint", "models")),
 )}
 
 

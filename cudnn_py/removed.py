@@ -38,12 +38,10 @@ REMOVED: dict[str, tuple[int, str]] = {
     **_each(8, "cudnnGetRNNDescriptor_v8", "cudnnGetRNNDescriptor", "cudnnGetRNNDescriptor_v6"),
     **_each(9, "cudnnGetRNNDescriptor_v8", "cudnnGetRNNMatrixMathType", "cudnnGetRNNBiasMode",
             "cudnnGetRNNProjectionLayers", "cudnnGetRNNPaddingMode"),
-    "cudnnSetRNNMatrixMathType": (9, "the mathType argument of cudnnSetRNNDescriptor_v8"),
-    "cudnnSetRNNBiasMode": (9, "the biasMode argument of cudnnSetRNNDescriptor_v8"),
-    "cudnnSetRNNProjectionLayers": (9, "the projSize argument of cudnnSetRNNDescriptor_v8"),
+    **{f"cudnnSetRNN{name}": (9, f"the {arg} argument of cudnnSetRNNDescriptor_v8") for name, arg in (
+        ("MatrixMathType", "mathType"), ("BiasMode", "biasMode"), ("ProjectionLayers", "projSize"))},
     "cudnnSetRNNPaddingMode": (9, "auxFlags=CUDNN_RNN_PADDED_IO_ENABLED in cudnnSetRNNDescriptor_v8"),
-    "cudnnRNNSetClip": (9, "cudnnRNNSetClip_v9"),
-    "cudnnRNNGetClip": (9, "cudnnRNNGetClip_v9"),
+    **{f"cudnnRNN{op}Clip": (9, f"cudnnRNN{op}Clip_v9") for op in ("Set", "Get")},
     "cudnnGetRNNParamsSize": (9, "cudnnGetRNNWeightSpaceSize"),
     **_each(9, "cudnnGetRNNWeightParams", "cudnnGetRNNLinLayerMatrixParams", "cudnnGetRNNLinLayerBiasParams"),
     **_each(9, "cudnnGetRNNTempSpaceSizes", "cudnnGetRNNWorkspaceSize", "cudnnGetRNNTrainingReserveSize"),
@@ -74,25 +72,16 @@ REMOVED: dict[str, tuple[int, str]] = {
 }
 
 
-class cudnnConvolutionFwdPreference_t(enum.IntEnum):
-    """The preference of the removed ``cudnnGetConvolutionForwardAlgorithm`` (removed in cuDNN 8; old values)."""
-    CUDNN_CONVOLUTION_FWD_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_FWD_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = 2
-
-
-class cudnnConvolutionBwdDataPreference_t(enum.IntEnum):
-    """The preference of the removed ``cudnnGetConvolutionBackwardDataAlgorithm`` (removed in cuDNN 8)."""
-    CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = 2
-
-
-class cudnnConvolutionBwdFilterPreference_t(enum.IntEnum):
-    """The preference of the removed ``cudnnGetConvolutionBackwardFilterAlgorithm`` (removed in cuDNN 8)."""
-    CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE = 0
-    CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST = 1
-    CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = 2
+# the preferences of the removed cudnnGetConvolution*Algorithm selectors (removed in cuDNN 8), with their old values
+cudnnConvolutionFwdPreference_t = enum.IntEnum("cudnnConvolutionFwdPreference_t", [
+    ("CUDNN_CONVOLUTION_FWD_NO_WORKSPACE", 0), ("CUDNN_CONVOLUTION_FWD_PREFER_FASTEST", 1),
+    ("CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT", 2)])
+cudnnConvolutionBwdDataPreference_t = enum.IntEnum("cudnnConvolutionBwdDataPreference_t", [
+    ("CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE", 0), ("CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST", 1),
+    ("CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT", 2)])
+cudnnConvolutionBwdFilterPreference_t = enum.IntEnum("cudnnConvolutionBwdFilterPreference_t", [
+    ("CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE", 0), ("CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST", 1),
+    ("CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT", 2)])
 
 
 class cudnnAlgorithmDescriptor_t(ctypes.c_void_p):

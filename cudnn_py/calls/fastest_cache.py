@@ -103,12 +103,10 @@ def _check_database(database: Any) -> None:
 
 class AlgorithmCache:
     """Measured algorithm choices, keyed by tuples of JSON values (:data:`CONV_KEY_FIELDS` for convolutions), kept
-    as tuning database records of kind :data:`KIND` under the device's environment (cuDNN, GPU, driver), so another
-    process finds them without measuring; a stored record that cannot answer its key is dropped with a warning.
-    Thread-safe. ``save(path)`` / ``load(path)``: the JSON file format (:class:`CacheFileError` for a corrupt,
-    truncated or foreign file, another cuDNN version's, or a record that cannot answer its key). ``database``: a
-    :class:`~cudnn_py.tuning.TuningDatabase`, a callable giving one when first needed, or None (private, in memory).
-    """
+    as tuning database records of kind :data:`KIND` under the device's environment, so another process finds them
+    without measuring; a stored record that cannot answer its key is dropped with a warning. Thread-safe.
+    ``save(path)`` / ``load(path)``: the JSON file format. ``database``: a :class:`~cudnn_py.tuning.TuningDatabase`,
+    a callable giving one when first needed, or None (private, in memory)."""
 
     def __init__(self, database=None):
         _check_database(database)

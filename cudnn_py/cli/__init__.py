@@ -81,17 +81,13 @@ def _or(items: list[str]) -> str:
     return " or ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
-def _prog() -> str:
-    """The name the user typed: ``cudnn-py`` for the console script, ``python -m cudnn_py`` for the module."""
-    return "python -m cudnn_py" if os.path.basename(sys.argv[0]) == "__main__.py" else "cudnn-py"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one command of ``argv`` (the arguments after the program name; default ``sys.argv[1:]``); returns the
     exit status."""
     from .. import __version__
 
-    parser = Parser(prog=_prog(), description="cuDNN from Python: environment report and convolution algorithm "
+    prog = "python -m cudnn_py" if os.path.basename(sys.argv[0]) == "__main__.py" else "cudnn-py"  # as typed
+    parser = Parser(prog=prog, description="cuDNN from Python: environment report and convolution algorithm "
                     "sweeps.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"cudnn-py {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

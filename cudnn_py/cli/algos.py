@@ -467,10 +467,6 @@ def write_outputs(args: argparse.Namespace, rows: Sequence[Row], title: str, tab
 def progress_writer(terminal: bool) -> Callable[[str], None]:
     """A progress callback writing to stderr: on a ``terminal`` one line rewritten in place (ANSI erase-line), else
     one plain line per step (a log file, CI)."""
-    def on_terminal(msg: str) -> None:
-        sys.stderr.write("\r\033[K" + msg)
-        sys.stderr.flush()
-
-    def plain(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-    return on_terminal if terminal else plain
+    if terminal:
+        return lambda msg: print("\r\033[K" + msg, end="", file=sys.stderr, flush=True)
+    return lambda msg: print(msg, file=sys.stderr, flush=True)

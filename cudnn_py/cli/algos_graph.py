@@ -1,10 +1,9 @@
 """``python -m cudnn_py algos --graph KIND``: sweep every engine configuration the graph heuristics offer.
 
-For one convolution (``--preset`` / ``--input --filter`` as in the legacy sweep), matmul, layer norm or attention
-problem, each engine config heuristics modes A, B and FALLBACK return is built, run on random data with
-NaN-poisoned outputs, timed (``graph.time_plan``, median of ``--repeats``) and checked against a float64 NumPy
-reference (``max|out - ref| / max|ref|``). The table marks mode A's first plan that builds (what ``Graph.build``
-runs) and adds torch's time for the same problem (its row has no engine tag: torch does not expose it).
+For one convolution (``--preset`` / ``--input --filter``), matmul, layer norm or attention problem, each engine
+config of heuristics modes A, B and FALLBACK is built, run on NaN-poisoned outputs, timed (``graph.time_plan``) and
+checked against a float64 NumPy reference; the table marks mode A's pick (what ``Graph.build`` runs) and adds a
+torch row for the same problem.
 
     python -m cudnn_py algos --graph conv --preset resnet50-conv2-3x3 --batch 32 --dtype float16 --layout NHWC
     python -m cudnn_py algos --graph matmul --mnk 4096,4096,4096 --dtype bfloat16 --csv mm.csv --plot mm.png

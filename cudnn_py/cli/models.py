@@ -128,13 +128,6 @@ def _run(args: argparse.Namespace) -> int:
     return _sweep(args, rp, filters)
 
 
-def _remove(db) -> None:
-    """Close ``db`` and delete its file (with SQLite's side files)."""
-    db.close()
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{db.path}{suffix}").unlink(missing_ok=True)
-
-
 def _existing(path: str, flag: str) -> None:
     """Refuse a database that is read but does not exist (opening it would create an empty one)."""
     if path == ":memory:" or not os.path.isfile(path):
@@ -189,9 +182,11 @@ def _sweep(args, rp, filters) -> int:
     try:
         records, measured = sweep(mine, db, device=args.device, devices=devices, jobs=jobs, settings=settings,
                                   remeasure=args.remeasure, progress=progress, time_limit=args.time_limit)
-    except SystemExit:   # refused (no GPU): a database this run made, and left empty, goes
+    except SystemExit:   # refused (no GPU): a database this run made, and left empty, goes (SQLite's side files too)
         if new_file and db.count() == 0:
-            _remove(db)
+            db.close()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{db.path}{suffix}").unlink(missing_ok=True)
         raise
     except KeyboardInterrupt:
         if progress and sys.stderr.isatty():

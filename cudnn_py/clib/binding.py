@@ -1,12 +1,8 @@
 """Lazy ctypes binding for the generated C layer: symbols resolve on first call, arguments are checked before C
-sees them, statuses become exceptions. (Over 700 lines on purpose: the one runtime every generated function binds
-through, its argument rules, their converters and the destroy guards read as one table; split, each part would
-import the others.)
-
-docs/c_layer_safety.md lists what each kind of parameter takes; a wrong argument raises :class:`CArgumentError`
-naming the function and the parameter, and ``fn.raw`` skips these checks. A function the headers mark
-``CUDNN_DEPRECATED``, called from outside the package, warns once. ``CUDNN_PY_LOG`` and ``CUDNN_PY_NVTX`` are read
-when the first function is bound.
+sees them (what each kind of parameter takes: docs/c_layer_safety.md; a wrong one raises :class:`CArgumentError`
+naming the function and the parameter; ``fn.raw`` skips the checks), statuses become exceptions. A function the
+headers mark ``CUDNN_DEPRECATED``, called from outside the package, warns once. ``CUDNN_PY_LOG`` and
+``CUDNN_PY_NVTX`` are read when the first function is bound.
 """
 from __future__ import annotations
 
@@ -77,11 +73,9 @@ def _int_range(ctype) -> tuple[int, int]:
 
 
 #: each C integer type -> its (lowest, highest) value: what an int argument of that type may hold
-INT_RANGES = {t: _int_range(t) for t in (
-    ctypes.c_byte, ctypes.c_ubyte, ctypes.c_short, ctypes.c_ushort, ctypes.c_int, ctypes.c_uint, ctypes.c_long,
-    ctypes.c_ulong, ctypes.c_longlong, ctypes.c_ulonglong, ctypes.c_int8, ctypes.c_uint8, ctypes.c_int16,
-    ctypes.c_uint16, ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t,
-    ctypes.c_ssize_t)}
+INT_RANGES = {t: _int_range(t) for t in (getattr(ctypes, f"c_{n}") for n in (
+    "byte", "ubyte", "short", "ushort", "int", "uint", "long", "ulong", "longlong", "ulonglong", "int8", "uint8",
+    "int16", "uint16", "int32", "uint32", "int64", "uint64", "size_t", "ssize_t"))}
 _C_INT = INT_RANGES[ctypes.c_int]
 _CARG = type(ctypes.byref(ctypes.c_int()))
 _CARG_ADDRESS = re.compile(r"<cparam 'P' \(0x([0-9a-fA-F]+)\)>")

@@ -37,9 +37,8 @@ def _binding_imports(h: model.Header) -> list[str]:
 
 
 def _deprecated(h: model.Header) -> list[str]:
-    names = [f.name for f in h.functions if f.deprecated] + [o.name for o in h.opaques + h.structs if o.deprecated]
-    names += [m for e in h.enums for m, _ in e.members if m in e.deprecated_members]
-    return names
+    return ([f.name for f in h.functions if f.deprecated] + [o.name for o in h.opaques + h.structs if o.deprecated]
+            + [m for e in h.enums for m, _ in e.members if m in e.deprecated_members])
 
 
 def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str:

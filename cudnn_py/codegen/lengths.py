@@ -12,8 +12,6 @@ def _each(array_names: tuple[str, ...], count: str) -> list[tuple[str, ...]]:
     return [(a, count) for a in array_names]
 
 
-_PERF: list[tuple[str, ...]] = [("perfResults", "requestedAlgoCount")]
-
 #: function -> [(array parameter, count parameter[, attribute type parameter])]
 LENGTHS: dict[str, list[tuple[str, ...]]] = {
     "cudnnGetLastErrorString": [("message", "max_size")],
@@ -39,15 +37,9 @@ LENGTHS: dict[str, list[tuple[str, ...]]] = {
     "cudnnSetConvolutionNdDescriptor": _each(("padA", "filterStrideA", "dilationA"), "arrayLength"),
     "cudnnGetConvolutionNdDescriptor": _each(("padA", "strideA", "dilationA"), "arrayLengthRequested"),
     "cudnnGetConvolutionNdForwardOutputDim": _each(("tensorOuputDimA",), "nbDims"),
-    "cudnnGetConvolutionForwardAlgorithm_v7": _PERF,
-    "cudnnFindConvolutionForwardAlgorithm": _PERF,
-    "cudnnFindConvolutionForwardAlgorithmEx": _PERF,
-    "cudnnGetConvolutionBackwardDataAlgorithm_v7": _PERF,
-    "cudnnFindConvolutionBackwardDataAlgorithm": _PERF,
-    "cudnnFindConvolutionBackwardDataAlgorithmEx": _PERF,
-    "cudnnGetConvolutionBackwardFilterAlgorithm_v7": _PERF,
-    "cudnnFindConvolutionBackwardFilterAlgorithm": _PERF,
-    "cudnnFindConvolutionBackwardFilterAlgorithmEx": _PERF,
+    **{f"cudnn{verb}Convolution{d}Algorithm{tail}": [("perfResults", "requestedAlgoCount")]
+       for d in ("Forward", "BackwardData", "BackwardFilter")
+       for verb, tail in (("Get", "_v7"), ("Find", ""), ("Find", "Ex"))},
 }
 
 

@@ -1,9 +1,7 @@
-"""Read the cuDNN headers into a :mod:`model`: preprocess with ``cpp`` and the stubs, parse with pycparser.
-
-Declarations are attributed to the header they appear in through cpp's line markers. What the
-preprocessor erases is read from the raw text: which declarations are ``CUDNN_DEPRECATED``, the
-``@brief``/``@deprecated`` comments, and the object-like ``#define CUDNN_*`` constants (whose
-values are then evaluated by the same preprocessor, so ``(1U << CUDNN_SEV_ERROR)`` comes out right).
+"""Read the cuDNN headers into a :mod:`model`: preprocess with ``cpp`` and the stubs, parse with pycparser; each
+declaration belongs to the header cpp's line markers name. What the preprocessor erases is read from the raw text:
+``CUDNN_DEPRECATED`` marks, ``@brief``/``@deprecated`` comments, and the object-like ``#define CUDNN_*`` constants
+(their values evaluated by the same preprocessor, so ``(1U << CUDNN_SEV_ERROR)`` comes out right).
 """
 from __future__ import annotations
 
@@ -38,10 +36,8 @@ _SCALARS = {
     "short": "_ct.c_short", "unsigned short": "_ct.c_ushort", "int": "_ct.c_int", "signed int": "_ct.c_int",
     "unsigned": "_ct.c_uint", "unsigned int": "_ct.c_uint", "long": "_ct.c_long", "unsigned long": "_ct.c_ulong",
     "long long": "_ct.c_longlong", "unsigned long long": "_ct.c_ulonglong", "float": "_ct.c_float",
-    "double": "_ct.c_double", "size_t": "_ct.c_size_t", "int8_t": "_ct.c_int8", "int16_t": "_ct.c_int16",
-    "int32_t": "_ct.c_int32", "int64_t": "_ct.c_int64", "uint8_t": "_ct.c_uint8", "uint16_t": "_ct.c_uint16",
-    "uint32_t": "_ct.c_uint32", "uint64_t": "_ct.c_uint64", "intptr_t": "_ct.c_ssize_t",
-    "uintptr_t": "_ct.c_size_t", "ptrdiff_t": "_ct.c_ssize_t",
+    "double": "_ct.c_double", "size_t": "_ct.c_size_t", "intptr_t": "_ct.c_ssize_t", "uintptr_t": "_ct.c_size_t",
+    "ptrdiff_t": "_ct.c_ssize_t", **{f"{u}int{n}_t": f"_ct.c_{u}int{n}" for u in ("", "u") for n in (8, 16, 32, 64)},
 }
 _NOT_CONSTANTS = {"CUDNNWINAPI", "CUDNN_DEPRECATED", "CUDNN_DEPRECATED_ENUM"}
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(CUDNN\w*)(?![\w(])[ \t]+(\S[^\n]*)$", re.M)

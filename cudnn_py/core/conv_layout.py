@@ -7,28 +7,16 @@ from typing import Any
 __all__ = ["logical", "physical", "packed_strides", "unit_height"]
 
 
-def _perm(ndim: int, layout: str):
-    """For each logical axis (N, C, *spatial), its position in the given array (None: same order)."""
-    return None if layout == "NCHW" else (0, ndim - 1) + tuple(range(1, ndim - 1))
-
-
 def logical(shape, strides, layout: str) -> tuple[tuple, Any]:
     """(shape, strides) of an array given in ``layout`` in logical ``N, C, *spatial`` order (strides may be None)."""
-    p = _perm(len(shape), layout)
-    if p is None:
-        return tuple(shape), None if strides is None else tuple(strides)
-    return tuple(shape[i] for i in p), None if strides is None else tuple(strides[i] for i in p)
+    def order(v) -> tuple:
+        return tuple(v) if layout == "NCHW" else (v[0], v[-1], *v[1:-1])
+    return order(shape), None if strides is None else order(strides)
 
 
 def physical(shape, layout: str) -> tuple:
     """A logical ``N, C, *spatial`` shape (or strides) in the order arrays of ``layout`` are given in."""
-    p = _perm(len(shape), layout)
-    if p is None:
-        return tuple(shape)
-    out = [0] * len(shape)
-    for logical_axis, given_axis in enumerate(p):
-        out[given_axis] = shape[logical_axis]
-    return tuple(out)
+    return tuple(shape) if layout == "NCHW" else (shape[0], *shape[2:], shape[1])
 
 
 def packed_strides(shape, channels_last: bool) -> tuple[int, ...]:

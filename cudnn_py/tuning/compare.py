@@ -86,12 +86,9 @@ MIN_CHECKED = 3
 
 
 class Progress:
-    """A sweep's progress line (docs/tuning.md)::
-
-        ops 12/95  built 523/~4012  timed 480/~4012 (301 pruned)  eta 2m31s  conv.fprop|n=32,c=64,... eng7_k2=1
-
-    Several operations may be under way at once (worker processes); an event without a key means the one begun
-    last. ``write`` receives at most one line per ``interval`` seconds, and :meth:`close` the last one."""
+    """A sweep's progress line (docs/tuning.md shows one). Several operations may be under way at once (worker
+    processes); an event without a key means the one begun last. ``write`` receives at most one line per
+    ``interval`` seconds, and :meth:`close` the last one."""
 
     def __init__(self, write: Callable[[str], None] | None, operations: int,
                  clock: Callable[[], float] = time.monotonic, interval: float = 1.0):
@@ -200,20 +197,12 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
          hold: AbstractContextManager = nullcontext()) -> dict:
     """Time and check the configurations of one operation (docs/tuning.md, "Model sweeps"), filling each row in
     place; ``exhaustive``: each checked first, then ``repeats`` samples after ``warmup`` executions, none pruned.
-
-    :param entries: (row, configuration) in visit order; a row whose ``reason`` is set is not measured.
-    :param build: ``build(row, cfg)`` -> the plan ``time_sample`` and ``check`` take; sets the row's ``workspace``.
-    :param time_sample: ``time_sample(plan, warmup)`` -> ms of one sample after ``warmup`` untimed executions
-        (None or NaN where the timer failed).
-    :param check: ``check(plan)`` -> the sampled outputs of one execution on NaN-poisoned outputs.
-    :param orders: each heuristics mode's order of tags (for the possible picks).
-    :param errors: the exceptions that mean "this configuration does not run" (its row's ``reason``).
-    :param median: how the samples make a time.
-    :param hold: held while configurations are visited, not for the agreement (a worker's device lock).
-    :returns: the race's account: the margin (None when exhaustive), how many were pruned and checked, seconds by
-        phase, and the pruned configurations within the margin of the best that agrees (pruned against a faster
-        contender whose output disagreed).
-    """
+    ``entries``: (row, configuration) in visit order (a row with a ``reason`` is not measured); ``build(row, cfg)``:
+    the plan the others take (sets ``workspace``); ``time_sample(plan, warmup)``: ms of one sample (None or NaN: the
+    timer failed); ``check(plan)``: the sampled outputs of one execution; ``orders``: each mode's order of tags;
+    ``errors``: what means "does not run"; ``hold``: held while configurations are visited (a worker's device lock).
+    Returns the race's account: the margin (None when exhaustive), how many were pruned and checked, seconds by
+    phase, and the pruned configurations within the margin of the best that agrees."""
     pos = {m: {t: i for i, t in enumerate(order)} for m, order in orders.items()}
     ran: set[str] = set()
     best: float | None = None

@@ -1,8 +1,6 @@
-"""The model sweep of a convolution through the legacy API (``algos --model NAME --legacy``): every
-``cudnnConvolution*Algo_t`` raced as the graph sweep's configurations are (:func:`cudnn_py.tuning.compare.race`; a
-sample is one call between CUDA events on the held stream), in a record of the graph sweep's shape (tag: the
-algorithm's name) whose mode ``A`` is the ``_v7`` heuristic's order (the supported records of the math types the
-convolution's ``"auto"`` math type allows, as ``algo="heuristic"`` picks: tensor-op math for float16/bfloat16 data).
+"""The model sweep of a convolution through the legacy API (``algos --model NAME --legacy``; docs/tuning.md): every
+``cudnnConvolution*Algo_t`` raced as the graph sweep's configurations are, in a record of the graph sweep's shape
+(tag: the algorithm's name) whose mode ``A`` is the ``_v7`` heuristic's order (what ``algo="heuristic"`` picks).
 """
 from __future__ import annotations
 

@@ -124,9 +124,8 @@ def analyse(problems: Sequence[Problem], records: dict, filters: Filters = Filte
 
 
 def totals(results: Sequence[LayerResult]) -> dict:
-    """Whole-model figures: time of one step with the heuristic's picks and with the best (over the operations
-    that have both), the speed-up, how many operations the heuristic misses by more than :data:`MISS`, and how many
-    had nothing usable."""
+    """Whole-model figures: one step's time with the heuristic's picks and with the best (where both exist), the
+    speed-up, the operations the heuristic misses by more than :data:`MISS`, and those with nothing usable."""
     both = [r for r in results if r.best_ms is not None and r.picks.get("heuristic")]
     heuristic = sum(r.picks["heuristic"][1] * r.count for r in both)
     tuned = sum((r.best_ms or 0.0) * r.count for r in both)
@@ -279,14 +278,8 @@ def compare(a: TuningDatabase, b: TuningDatabase, threshold: float = MISS, filte
             kind: str = KIND) -> tuple[list[Change], dict]:
     """(the operations in both databases whose best configuration changed, or whose best time by more than
     ``threshold``, B's gains first; {"a": environments, "b": ..., "common", "only_a", "only_b", "same_best",
-    "a_best_within", "faster", "slower", "totals", "uncounted"}), each side by its newest record of a key.
-
-    ``faster`` / ``slower``: common operations whose best time in B is below / above A's by more than
-    ``threshold``; ``totals``: one step's ms over the common operations, each weighed by how often a step runs it
-    (the record's ``count``; 1 where it has none, counted in ``uncounted``): ``tuned_a``, ``tuned_b`` (the best
-    configurations) and ``heuristic_a``, ``heuristic_b`` (the heuristic's picks, where both sides have one).
-    ``same_best``: the same best configuration; ``a_best_within``: A's best, as B timed it, within ``threshold`` of
-    B's best (with B an ``--exhaustive`` run and A a raced one: the "same picks" measure, free of run noise)."""
+    "a_best_within", "faster", "slower", "totals", "uncounted"}: docs/tuning.md, "What --compare counts"). The
+    totals weigh each operation by its record's ``count`` (1 where none, counted in ``uncounted``)."""
     ra, rb = _newest(a, kind), _newest(b, kind)
     changes = []
     same = within = faster = slower = uncounted = 0

@@ -1,12 +1,7 @@
-"""Time the engine configurations of a model's operations and keep the results in the tuning database
-(docs/tuning.md, "Model sweeps").
-
-:func:`measure` builds one :class:`~cudnn_py.tuning_records.models.Problem`'s graph (:func:`build_graph`), collects
-the configurations of heuristics modes A, B and FALLBACK and races them (:func:`cudnn_py.tuning.compare.race`); its
-record (kind :data:`KIND`, key :attr:`Problem.key`) keeps every configuration's measurements, each mode's order and
-the :class:`Settings`, so any filter's picks are computed later (:mod:`cudnn_py.tuning.report`). :func:`sweep`
-reuses a stored record that :func:`covers` the settings, measures the rest in this process or in worker processes
-(:mod:`cudnn_py.tuning.workers`), and records each run (kind :data:`RUN_KIND`).
+"""Time the engine configurations of a model's operations and keep the records in the tuning database (docs/tuning.md,
+"Model sweeps"): :func:`measure` races one problem's configurations into a record (kind :data:`KIND`) from which
+:mod:`cudnn_py.tuning.report` computes any filter's picks; :func:`sweep` reuses the stored records that
+:func:`covers` the settings, measures the rest (here or in :mod:`cudnn_py.tuning.workers`) and records the run.
 """
 from __future__ import annotations
 
@@ -73,9 +68,7 @@ def covers(rec: dict, settings: Settings) -> bool:
 
 def _outputs(*tensors, layout: str | None = None) -> None:
     from cudnn_py.graph.graph import packed_strides
-    for t in tensors:
-        if t is None:
-            continue
+    for t in (t for t in tensors if t is not None):
         t.set_output(True)
         if layout and len(t.shape) == 4:
             t.strides = packed_strides(t.shape, layout)
@@ -206,12 +199,10 @@ def heuristics(g, h, modes: Sequence[str], limit: int | None = None) -> tuple[di
 
 def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress | None = None,
             hold: AbstractContextManager = nullcontext(), failed: Mapping[str, str] | None = None) -> dict:
-    """The record :func:`sweep` stores of problem ``p`` on handle ``h``: lower its graph, collect the heuristics
-    modes' configurations, build their plans one after the other, then race them (or time every one in full:
-    ``settings.exhaustive``) holding ``hold`` (a worker's device lock; not held for the builds). A ``legacy``
-    problem: :func:`~cudnn_py.tuning.legacy.measure_legacy`, holding ``hold``. ``failed``: {tag: reason} of
-    configurations not to build (a worker died or hung on them). ``progress`` is told of the operation's begin and
-    each step, not its end."""
+    """The record :func:`sweep` stores of problem ``p`` on handle ``h`` (``legacy``: :mod:`~cudnn_py.tuning.legacy`'s):
+    every configuration's plan built, then raced (or timed in full: ``settings.exhaustive``) holding ``hold`` (a
+    worker's device lock). ``failed``: {tag: reason} of configurations not to build (a worker died on them).
+    ``progress`` hears of the operation's begin and each step, not its end."""
     if p.legacy:
         from .legacy import measure_legacy
         with hold:
@@ -324,11 +315,9 @@ def stored(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, 
 
 
 def kernel_cache() -> dict:
-    """CUDA's JIT cache of runtime-compiled kernels (what cuDNN's runtime-compiled engines fill):
-    ``{"state", "path", "bytes", "max_bytes"}``. ``state``: ``"disabled"`` (``CUDA_CACHE_DISABLE=1``), ``"cold"``
-    (the folder missing or empty: a sweep compiles every kernel) or ``"warm"``; ``path``: ``CUDA_CACHE_PATH``, else
-    ``~/.nv/ComputeCache`` (``%APPDATA%\\NVIDIA\\ComputeCache`` on Windows); ``max_bytes``: ``CUDA_CACHE_MAXSIZE``
-    where a number (None: the driver's default)."""
+    """CUDA's JIT cache of runtime-compiled kernels (what cuDNN's runtime-compiled engines fill): ``{"state",
+    "path", "bytes", "max_bytes"}``; ``state``: ``"disabled"`` (``CUDA_CACHE_DISABLE=1``), ``"cold"`` (the folder
+    missing or empty) or ``"warm"``; ``max_bytes``: ``CUDA_CACHE_MAXSIZE`` where a number (None: the default)."""
     env = os.environ
     if env.get("CUDA_CACHE_PATH"):
         path = Path(env["CUDA_CACHE_PATH"]).expanduser()
@@ -363,14 +352,10 @@ def sweep(problems: Sequence[Problem], db: TuningDatabase, *, device: int = 0, d
           jobs: int = 1, settings: Settings = Settings(), remeasure: bool = False,
           progress: Callable[[str], None] | None = None, time_limit: float = 600.0) -> tuple[dict[str, dict], int]:
     """({problem key: record}, how many were measured): each record from ``db`` where one :func:`covers`
-    ``settings``, else measured and stored as it arrives; then a record of the run (kind :data:`RUN_KIND`).
-
-    ``jobs`` 1 with no ``devices`` measures in this process on ``device``; else ``jobs`` worker processes (at least
-    one per device) over ``devices`` (default ``[device]``): :func:`cudnn_py.tuning.workers.run` (``time_limit``:
-    seconds a worker may spend on one step). ``progress`` receives the :class:`~cudnn_py.tuning.compare.Progress`
-    line, at most once a second. SystemExit when something must be measured and no cuDNN handle opens;
-    KeyboardInterrupt after stopping every worker (what was measured is kept).
-    """
+    ``settings``, else measured and stored as it arrives; then a record of the run (kind :data:`RUN_KIND`). ``jobs``
+    1 with no ``devices`` measures here on ``device``, else in :func:`cudnn_py.tuning.workers.run`'s processes
+    (``time_limit``: seconds a worker may spend on one step). ``progress`` gets the progress line, at most once a
+    second. SystemExit where no cuDNN handle opens; KeyboardInterrupt keeps what was measured."""
     out, todo = stored(problems, db, device=device, settings=settings, remeasure=remeasure)
     if not todo:
         return out, 0

@@ -152,19 +152,13 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         work: Callable, keep: Callable[[Problem, dict, int], None], progress: Any, time_limit: float = 600.0,
         opener: Callable | None = None) -> list[dict]:
     """Measure ``problems`` in ``jobs`` worker processes over ``devices``, calling ``keep(problem, record, device)``
-    here as each record arrives and telling ``progress`` (a :class:`~cudnn_py.tuning.compare.Progress`) every
-    worker's steps. A worker stuck on one step (the lock's wait aside) for ``time_limit`` seconds is stopped.
-
-    ``work(problem, handle, settings, events, hold, failed)`` measures one problem in a worker
-    (:func:`cudnn_py.tuning.sweep.measure`), ``opener(device)`` opens its handle (a context manager giving an
-    object with ``synchronize()``; default a :class:`~cudnn_py.core.handle.Handle`): both importable by name (the
-    workers are spawned; tests stand in for cuDNN). An operation that failed as a whole has a record of ``key``,
-    ``problem`` (the reason), ``order`` and ``configs`` (those its workers died on) only: ``keep`` completes it.
-
-    Returns each worker's start cost, as started: ``{"device", "ready_s", "first_build_s"}`` (seconds from its start
-    to its handle opened and to its first plan built; None where it never got there). SystemExit when no worker
-    could open a handle (the first one's reason); KeyboardInterrupt after stopping every worker.
-    """
+    here as each record arrives and telling ``progress`` every worker's steps; a worker stuck on one step (the lock's
+    wait aside) for ``time_limit`` seconds is stopped. ``work(problem, handle, settings, events, hold, failed)``
+    (:func:`cudnn_py.tuning.sweep.measure`) and ``opener(device)`` (a context manager with ``synchronize()``; default
+    a Handle) must be importable by name: the workers are spawned. A failed operation's record holds only ``key``,
+    ``problem`` (the reason), ``order`` and ``configs`` (those its workers died on): ``keep`` completes it. Returns
+    each worker's ``{"device", "ready_s", "first_build_s"}`` (seconds to its handle and first plan; None: never).
+    SystemExit when no worker could open a handle; KeyboardInterrupt after stopping every worker."""
     opener = opener or _open_handle
     ctx = multiprocessing.get_context("spawn")
     queue = deque(_Task(p) for p in problems)

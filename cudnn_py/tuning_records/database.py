@@ -1,11 +1,7 @@
 """The tuning database: one SQLite file (WAL journal) holding everything cudnn-py measures, shared by processes and
-machines (docs/tuning.md, "The database": schema, kinds, where it lives, what it does not trust).
-
-A record is a JSON object under ``(kind, key, environment)``: ``kind`` says what was measured, ``key`` the
-operation's signature, the :class:`~cudnn_py.tuning_records.fingerprint.Environment` what else changes the answer;
-a lookup sees only its own environment's records. A record whose digest does not match is dropped with a
-:class:`TuningWarning`; a file not ours, damaged or of a newer schema is refused (:class:`TuningDatabaseError`); a
-location that cannot be written degrades to memory with one warning.
+machines. A record is a JSON object under ``(kind, key, environment)``; a lookup sees only its own environment's
+records. Schema, kinds, where the file lives and what is not trusted (digests, foreign or damaged files, read-only
+locations): docs/tuning.md, "The database".
 """
 from __future__ import annotations
 
@@ -143,10 +139,8 @@ class TuningDatabase:
 
     :param path: the file, or None / ``":memory:"`` for one held in memory. Its folder must exist; a file that does
         not exist yet is created by the first write (reads find nothing until then), so a refused call leaves none.
-    :param environment: the fingerprint records are made and looked up under (default: the calling device's,
-        see :func:`~cudnn_py.tuning_records.fingerprint.environment`); fixing it serves tests and offline tools.
-    :param timeout: seconds a write waits for another process's transaction before
-        :class:`TuningDatabaseError`.
+    :param environment: the fingerprint records are made and looked up under (default: the calling device's).
+    :param timeout: seconds a write waits for another process's transaction before :class:`TuningDatabaseError`.
     :raises TuningDatabaseError: when the file is not a cudnn-py tuning database, is damaged or truncated, or was
         written by a newer schema; when ``path`` is a directory or its folder does not exist.
     """

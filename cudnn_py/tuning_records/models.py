@@ -6,6 +6,7 @@ training step runs (forward and backward, at a batch size, dtype and layout), ea
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -204,14 +205,6 @@ def _resnet(name: str, blocks: tuple[int, ...], bottleneck: bool, published: int
                  notes=("pooling, ReLU and residual additions are not swept",))
 
 
-def resnet50() -> Model:
-    return _resnet("resnet50", (3, 4, 6, 3), True, 25_557_032)
-
-
-def resnet18() -> Model:
-    return _resnet("resnet18", (2, 2, 2, 2), False, 11_689_512)
-
-
 # -- ViT-B/16 (timm vit_base_patch16_224) -----------------------------------------------------------------------
 
 def vit_b16() -> Model:
@@ -324,8 +317,10 @@ def llama3_8b(seq: int = 2048) -> Model:
 
 
 #: model name -> table builder (``llama3-8b`` takes the sequence length)
-MODELS: dict[str, Callable[..., Model]] = {"resnet50": resnet50, "resnet18": resnet18, "vit-b16": vit_b16,
-                                           "unet-sd": unet_sd, "llama3-8b": llama3_8b}
+MODELS: dict[str, Callable[..., Model]] = {
+    "resnet50": functools.partial(_resnet, "resnet50", (3, 4, 6, 3), True, 25_557_032),
+    "resnet18": functools.partial(_resnet, "resnet18", (2, 2, 2, 2), False, 11_689_512),
+    "vit-b16": vit_b16, "unet-sd": unet_sd, "llama3-8b": llama3_8b}
 
 
 def model(name: str, seq: int | None = None) -> Model:
