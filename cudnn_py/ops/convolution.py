@@ -80,7 +80,8 @@ class _ConvolutionDescriptor(Descriptor):
 
 
 #: the accumulation types cuDNN's convolution descriptor takes (cudnnSetConvolutionNdDescriptor refuses the others)
-_COMPUTE_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi.CUDNN_DATA_HALF, capi.CUDNN_DATA_INT32})
+_COMPUTE_DTYPES = frozenset({capi.CUDNN_DATA_FLOAT, capi.CUDNN_DATA_DOUBLE, capi.CUDNN_DATA_HALF,
+                             capi.CUDNN_DATA_INT32})
 #: the accumulation type of data whose own is not float32
 _DEFAULT_COMPUTE = {np.dtype(np.float64): capi.CUDNN_DATA_DOUBLE, np.dtype(np.int8): capi.CUDNN_DATA_INT32}
 

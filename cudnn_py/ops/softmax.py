@@ -25,7 +25,8 @@ from cudnn_py.errors import InvalidValueError
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGOS", "SOFTMAX_MODES"]
 
-SOFTMAX_ALGOS = {"fast": capi.CUDNN_SOFTMAX_FAST, "accurate": capi.CUDNN_SOFTMAX_ACCURATE, "log": capi.CUDNN_SOFTMAX_LOG}
+SOFTMAX_ALGOS = {"fast": capi.CUDNN_SOFTMAX_FAST, "accurate": capi.CUDNN_SOFTMAX_ACCURATE,
+                 "log": capi.CUDNN_SOFTMAX_LOG}
 SOFTMAX_MODES = {"instance": capi.CUDNN_SOFTMAX_MODE_INSTANCE, "channel": capi.CUDNN_SOFTMAX_MODE_CHANNEL}
 
 

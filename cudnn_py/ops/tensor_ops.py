@@ -57,8 +57,9 @@ REDUCE_OPS = {"add": capi.CUDNN_REDUCE_TENSOR_ADD, "mul": capi.CUDNN_REDUCE_TENS
               "norm1": capi.CUDNN_REDUCE_TENSOR_NORM1, "norm2": capi.CUDNN_REDUCE_TENSOR_NORM2,
               "mul_no_zeros": capi.CUDNN_REDUCE_TENSOR_MUL_NO_ZEROS}
 _INDEXED = {capi.CUDNN_REDUCE_TENSOR_MIN, capi.CUDNN_REDUCE_TENSOR_MAX, capi.CUDNN_REDUCE_TENSOR_AMAX}
-_FORMATS = {"NCHW": capi.CUDNN_TENSOR_NCHW, "NHWC": capi.CUDNN_TENSOR_NHWC, "NCHW_VECT_C": capi.CUDNN_TENSOR_NCHW_VECT_C,
-            "NCDHW": capi.CUDNN_TENSOR_NCHW, "NDHWC": capi.CUDNN_TENSOR_NHWC}
+_FORMATS = {"NCHW": capi.CUDNN_TENSOR_NCHW, "NHWC": capi.CUDNN_TENSOR_NHWC,
+            "NCHW_VECT_C": capi.CUDNN_TENSOR_NCHW_VECT_C, "NCDHW": capi.CUDNN_TENSOR_NCHW,
+            "NDHWC": capi.CUDNN_TENSOR_NHWC}
 _DIRECTIONS = {"fold": capi.CUDNN_TRANSFORM_FOLD, "unfold": capi.CUDNN_TRANSFORM_UNFOLD}
 
 # ---------------------------------------------------------------- add, op-tensor, scale, set
