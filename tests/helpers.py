@@ -262,3 +262,11 @@ def fake_plan(g):
     g.plans = [types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False),
                                      workspace_size=0, tag="fake")]
     return g.plans[0]
+
+
+def threads_join(target: str) -> str:
+    """The end of a fresh-process script: ``target(i)`` in ``N`` threads, started together and joined, then the
+    ``errors`` they collected printed and exit status 1 where there are any."""
+    return (f"threads = [threading.Thread(target={target}, args=(i,)) for i in range(N)]\n"
+            "for t in threads:\n    t.start()\nfor t in threads:\n    t.join()\n"
+            'print("\\n".join(errors))\nsys.exit(1 if errors else 0)\n')

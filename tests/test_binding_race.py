@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from helpers import threads_join
+
 ROOT = Path(__file__).resolve().parents[1]
 PROCESSES = 30
 
@@ -54,14 +56,7 @@ _FIRST_CALLS = textwrap.dedent("""
                 except BaseException as e:
                     errors.append(f"thread {i}, {name}: {type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=first_calls, args=(i,)) for i in range(N)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print("\\n".join(errors))
-    sys.exit(1 if errors else 0)
-""")
+""") + threads_join("first_calls")
 
 
 def _process(_) -> str:

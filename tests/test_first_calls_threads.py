@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import threads_join
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # --- CPU: a cuda.core stand-in that fills its namespace late, imported through the package's helpers -------------
@@ -56,14 +58,7 @@ _RACE = textwrap.dedent("""
         except BaseException as e:
             errors.append(f"thread {i}: {type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=first, args=(i,)) for i in range(N)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print("\\n".join(errors))
-    sys.exit(1 if errors else 0)
-""")
+""") + threads_join("first")
 
 
 def test_threads_importing_cuda_core_at_once_never_get_it_half_filled(tmp_path):
@@ -131,14 +126,7 @@ _FIRST_CALLS = textwrap.dedent("""
             errors.append(f"thread {i} ({FAMILIES[i % 4].__name__}): {type(e).__name__}: {e}")
 
     faulthandler.dump_traceback_later(HANG_S, exit=True)  # a hang shows every thread's stack, then exits
-    threads = [threading.Thread(target=first, args=(i,)) for i in range(N)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print("\\n".join(errors))
-    sys.exit(1 if errors else 0)
-""")
+""") + threads_join("first")
 
 
 #: seconds after which a process that has not finished dumps its threads' stacks and exits

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import cudnn_py
 
+from helpers import threads_join
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,14 +44,7 @@ _THREADS = textwrap.dedent("""
         except BaseException as e:
             errors.append(f"thread {i}: {type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=touch, args=(i,)) for i in range(N)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print("\\n".join(errors))
-    sys.exit(1 if errors else 0)
-""")
+""") + threads_join("touch")
 
 
 #: forks N processes, each running _THREADS in a fresh cudnn_py: the parent imports only numpy and ml_dtypes (0.6 s of

@@ -25,7 +25,7 @@ from cudnn_py.core import memory
 from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
-from helpers import FakeTorchDtype, FakeTorchTensor, fake_cudnn_handle, fake_torch
+from helpers import FakeTorchDtype, FakeTorchTensor, fake_array, fake_cudnn_handle, fake_torch
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 SHAPE = (1, 2, 64, 64)
@@ -192,15 +192,13 @@ def _torch_ops(mp) -> types.ModuleType:
     runtime._local.contexts[0] = ctx
     # the core's new outputs: DeviceArrays at made-up addresses on the first call (then as stand-in torch tensors),
     # stand-in torch tensors of torch's allocator on a replay
-    fake_new = itertools.count(0x6000_0000, 0x10_0000)
-    mp.setattr(memory, "allocator", lambda shape, dtype, stream=None, *, device=None: lambda: DeviceArray.from_parts(
-        next(fake_new), tuple(shape), np.dtype(dtype), memory.c_strides(shape), 0, None, None))
+    mp.setattr(memory, "allocator", lambda shape, dtype, stream=None, *, device=None: lambda: fake_array(shape, dtype))
 
     def tensor(shape, strides, dtype, ptr):
         return _Tensor(shape, getattr(torch, np.dtype(dtype).name), ptr, strides)
     hooks = types.SimpleNamespace(convert=lambda a: tensor(a.shape, a.strides, a.dtype, a.ptr), allocator=lambda
                                   shape, strides, dtype, device: lambda handle: (lambda t: (t, t.data_ptr()))(
-                                      tensor(shape, strides, dtype, next(fake_new))))
+                                      tensor(shape, strides, dtype, fake_array(shape, dtype, strides).ptr)))
     mp.setattr(prepared, "_hooks", lambda pkg: hooks)
     return attention
 
