@@ -31,6 +31,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     ".core.dtypes": ("cudnn_dtype", "numpy_dtype"),
     ".graph": ("BackendDescriptor", "Graph", "GraphNotSupportedError"),
     ".core.handle": ("Handle",),
+    ".core.blocks": ("empty_cache",),
     ".core.memory": ("DeviceArray", "DeviceArrayLike", "as_array", "empty", "empty_like", "to_device", "zeros"),
     ".ops.activation": ("Activation", "activation_backward", "activation_forward"),
     ".ops.attention": ("MultiHeadAttention", "attention_backward_data", "attention_backward_weights",
@@ -97,6 +98,7 @@ if TYPE_CHECKING:  # what mypy sees: each name re-exported explicitly (``name as
     from .graph import (
         BackendDescriptor as BackendDescriptor, Graph as Graph, GraphNotSupportedError as GraphNotSupportedError)
     from .core.handle import Handle as Handle
+    from .core.blocks import empty_cache as empty_cache
     from .core.memory import (
         DeviceArray as DeviceArray, DeviceArrayLike as DeviceArrayLike, as_array as as_array, empty as empty,
         empty_like as empty_like, to_device as to_device, zeros as zeros)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import gc
 import os
 from pathlib import Path
 
@@ -107,3 +108,14 @@ def tensor():
     capi.cudnnCreateTensorDescriptor(byref(d))
     yield d
     capi.cudnnDestroyTensorDescriptor(d)
+
+
+@pytest.fixture
+def kept_blocks(monkeypatch):
+    """An empty store of kept device blocks (``core/blocks.py``) for a test whose arrays are stand-ins, dropped after
+    it with what the test's arrays left there."""
+    from cudnn_py.core import blocks
+    gc.collect()
+    monkeypatch.setattr(blocks, "_kept", {})
+    yield blocks
+    gc.collect()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
-from cudnn_py.core import contexts, dlpack, foreign, memory as M, streams
+from cudnn_py.core import blocks, contexts, dlpack, foreign, memory as M, streams
 from cudnn_py.core.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
@@ -435,10 +435,11 @@ def test_memory_order_puts_unit_axes_first_then_decreasing_strides(shape, stride
 
 
 @pytest.mark.parametrize("devices", [1, 2])
-def test_allocator_checks_once_then_allocates_per_call(monkeypatch, devices):
+def test_allocator_checks_once_then_allocates_per_call(monkeypatch, kept_blocks, devices):
     """``memory.allocator`` resolves the device and stream and checks the layout once; each call allocates
-    ``nbytes`` anew on that stream (owned by the array with one device, by an ``_Allocation`` with several),
-    zero elements allocate nothing, and a failed allocation is a ``CudaError`` naming the size (a fake device)."""
+    ``nbytes`` (rounded up to ``blocks.GRAIN``) on that stream while the last array lives (owned by a ``blocks.Block``,
+    the allocation under the device's context with several devices), zero elements allocate nothing, and a failed
+    allocation is a ``CudaError`` naming the size (a fake device)."""
     sizes, looked, entered = [], [], []
 
     class Buf:
@@ -468,17 +469,19 @@ def test_allocator_checks_once_then_allocates_per_call(monkeypatch, devices):
             return False
 
     monkeypatch.setattr(M, "get_device", lambda d=None: looked.append(d) or Dev())
-    monkeypatch.setattr(M, "as_stream", lambda s, d=None: ("stream", s))
+    named = {}
+    monkeypatch.setattr(M, "as_stream", lambda s, d=None: named.setdefault(s, types.SimpleNamespace(handle=0)))
     monkeypatch.setattr(M, "device_count", lambda: devices)
-    monkeypatch.setattr(M, "on_device", Here)
+    monkeypatch.setattr(contexts, "_DEVICE_COUNT", [devices])
+    monkeypatch.setattr(blocks, "on_device", Here)
     new = M.allocator([2, 3, 4], "float16", "s1", device=devices - 1)
     assert looked == [devices - 1]
     a, b = new(), new()
-    assert looked == [devices - 1] and sizes == [(48, ("stream", "s1"))] * 2 and a.ptr != b.ptr
+    assert looked == [devices - 1] and sizes == [(blocks.GRAIN, named["s1"])] * 2 and a.ptr != b.ptr
     for x in (a, b):
         assert (x.shape, x.strides, x.dtype, x.device_id, x.is_contiguous) == \
             ((2, 3, 4), (12, 4, 1), np.dtype(np.float16), devices - 1, True)
-        assert isinstance(x._owner, Buf if devices == 1 else M._Allocation)
+        assert isinstance(x._owner, blocks.Block) and isinstance(x._owner.buffer, Buf)
     assert entered == ([] if devices == 1 else [1, 1])
     z = M.allocator((0, 5), np.float32)()
     assert (z.ptr, z.shape, len(sizes)) == (0, (0, 5), 2)

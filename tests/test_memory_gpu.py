@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import cudnn_py as cudnn
+from cudnn_py.core import blocks
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.core.memory import DeviceArray, as_array
 from cudnn_py.core.streams import new_stream, timer
@@ -139,6 +140,32 @@ def test_an_allocator_makes_what_empty_makes(rng):
     z = allocator((0, 4), np.float32)()
     assert (z.ptr, z.shape, z.size) == (0, (0, 4), 0)
 
+
+
+def test_a_small_arrays_block_is_reused_on_the_default_stream_only(rng):
+    """Once a small array on the default stream is collected, the next array of its size there gets its block (the
+    same address, holding the new data); an array on another stream gets its own memory, and its block is not kept;
+    ``empty_cache`` frees what is kept."""
+    host = rng.standard_normal(1000).astype(np.float32)
+    a = cudnn.empty((1000,), np.float32)
+    p = a.ptr
+    del a
+    b = cudnn.to_device(host)
+    assert b.ptr == p
+    np.testing.assert_array_equal(b.to_numpy(), host)
+    s = new_stream()
+    c = cudnn.empty((1000,), np.float32, stream=s)
+    pc = c.ptr
+    del c
+    assert pc != p and all(ptr != pc for free in blocks._kept.values() for _, ptr in free)
+    d = cudnn.empty((1000,), np.float32)  # b holds the default stream's block
+    assert d.ptr != p
+    d.copy_(host[::-1].copy())
+    np.testing.assert_array_equal(b.to_numpy(), host)
+    del b, d
+    assert cudnn.empty_cache() >= 2 * 4000 and cudnn.empty_cache() == 0
+    e = cudnn.to_device(host)
+    np.testing.assert_array_equal(e.to_numpy(), host)
 
 def test_a_held_timer_times_the_gpu_not_the_host():
     """``timer(hold=True)``: the host's pause between two fills is not timed (it is without the hold), and the work

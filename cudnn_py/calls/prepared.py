@@ -598,7 +598,8 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                         parts.append((type(v), v.shape, v.stride(), v.dtype, v.get_device(), q & 15))
                     else:
                         parts.append(_array_part(v, ptrs))
-                if len(set(ptrs)) < len(ptrs):
+                n = len(ptrs)
+                if n > 1 and (ptrs[0] == ptrs[1] if n == 2 else len(set(ptrs)) < n):  # arrays sharing an address
                     parts.append(tuple(map(ptrs.index, ptrs)))
                 key = tuple(parts)
                 p = handle.cache.get(CACHE, _NONE).get(key)  # hashes the key: an unhashable option raises here

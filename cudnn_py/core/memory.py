@@ -1,7 +1,8 @@
-"""Device arrays (:class:`DeviceArray`: strided, strides in elements) on :mod:`cuda.core`'s stream-ordered memory,
-freed ordered on their stream when the last reference goes, and zero-copy views of GPU tensors of torch, CuPy, JAX
-or numba (:func:`as_array`, through DLPack / ``__cuda_array_interface__``); ``torch.from_dlpack(y)`` takes a
-DeviceArray. A NumPy array where device memory is needed raises :class:`TypeError` saying how to move it.
+"""Device arrays (:class:`DeviceArray`: strided, strides in elements) on :mod:`cuda.core`'s stream-ordered memory, freed
+ordered on their stream when the last reference goes (small ones on the default stream kept for reuse:
+:mod:`cudnn_py.core.blocks`), and zero-copy views of GPU tensors of torch, CuPy, JAX or numba (:func:`as_array`,
+through DLPack / ``__cuda_array_interface__``); ``torch.from_dlpack(y)`` takes a DeviceArray. A NumPy array where
+device memory is needed raises :class:`TypeError` saying how to move it.
 
 Streams: ``stream=None`` is the device's default (legacy NULL) stream, PyTorch's and cuDNN's default too. An array
 remembers its stream: ``to_numpy()`` waits on it and the memory is freed ordered on it; work on other streams that
@@ -19,11 +20,12 @@ import numpy.typing as npt
 
 from cudnn_py.core.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES
-from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check, cuda_error_from
+from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check
 from cudnn_py.core.args import element_value, is_int
 from cudnn_py.core.contexts import device_count, driver, on_device, primary_context
 import cudnn_py.core.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
 from cudnn_py.clib.recording import device_work
+from cudnn_py.core.blocks import keeps, take
 from cudnn_py.core.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.core.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
 from cudnn_py.core.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, extent, is_c_contiguous,
@@ -49,6 +51,9 @@ class _CudaArrayInterface(Protocol):
 
 #: a shape: an int or a sequence of ints
 Shape = Union[int, Sequence[int]]
+
+
+_new = object.__new__
 
 
 class DeviceArray:
@@ -85,10 +90,16 @@ class DeviceArray:
         if not is_int(device_id) or device_id < 0:
             raise InvalidTypeError(f"device_id must be a device ordinal (an int >= 0), got {device_id!r}")
         check_extent(int(ptr), shape, strides, dtype, "DeviceArray")
-        self._init(int(ptr), shape, dtype, strides, int(device_id), owner,
-                   None if stream is None else as_stream(stream, device_id))
+        made = DeviceArray.from_parts(int(ptr), shape, dtype, strides, int(device_id), owner,
+                                      None if stream is None else as_stream(stream, device_id))
+        for name in DeviceArray.__slots__[:-1]:  # all but __weakref__
+            setattr(self, name, getattr(made, name))
 
-    def _init(self, ptr, shape, dtype, strides, device_id, owner, stream, contiguous=None):
+    @classmethod
+    def from_parts(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
+                   owner: Any, stream: Stream | None, contiguous: bool | None = None) -> DeviceArray:
+        """An array over memory whose layout is already checked (the package's own views and allocations)."""
+        self = _new(cls)
         self.ptr = ptr
         self.shape = shape
         self.dtype = dtype
@@ -100,13 +111,6 @@ class DeviceArray:
         self._contiguous = contiguous  # None: worked out when first asked (most views made per call never are)
         self._owner = owner
         self._stream = stream
-
-    @classmethod
-    def from_parts(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
-                   owner: Any, stream: Stream | None, contiguous: bool | None = None) -> DeviceArray:
-        """An array over memory whose layout is already checked (the package's own views and allocations)."""
-        self = cls.__new__(cls)
-        self._init(ptr, shape, dtype, strides, device_id, owner, stream, contiguous)
         return self
 
     @property
@@ -282,26 +286,17 @@ def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | 
                                 f"2**63 - 1 can be addressed")
     dev = get_device(device)
     s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
-    return dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1
+    return dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1, keeps(s)
 
 
 def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
-               nbytes: int, one: bool) -> DeviceArray:
-    """A new array of a checked layout on device ``dev`` and stream ``s`` (``one``: the process sees one device)."""
+               nbytes: int, one: bool, kept: bool) -> DeviceArray:
+    """A new array of a checked layout on device ``dev`` and stream ``s`` (``one``: the process sees one device;
+    ``kept``: ``s`` keeps blocks, :func:`cudnn_py.core.blocks.keeps`)."""
     if nbytes == 0:
         return DeviceArray.from_parts(0, shape, dtype, strides, dev.device_id, None, s, True)
-    try:
-        if one:  # one device: no other context to switch to (see on_device), none to free under
-            buf = dev.allocate(nbytes, stream=s)
-        else:
-            with on_device(dev.device_id):
-                buf = dev.allocate(nbytes, stream=s)
-    except CudnnPyError:
-        raise
-    except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
-        raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
-    return DeviceArray.from_parts(int(buf.handle), shape, dtype, strides, dev.device_id,
-                                  buf if one else _Allocation(buf, dev.device_id), s, True)
+    b = take(dev, s, nbytes, one, kept)
+    return DeviceArray.from_parts(b.ptr, shape, dtype, strides, dev.device_id, b, s, True)
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
@@ -344,22 +339,6 @@ class Output:
         if self.strides is None:
             return a
         return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, a._stream)
-
-
-class _Allocation:
-    """Frees a cuda.core buffer with its device's context current; only where several devices are seen."""
-
-    __slots__ = ("buffer", "device_id")
-
-    def __init__(self, buffer: Any, device_id: int):
-        self.buffer, self.device_id = buffer, device_id
-
-    def __del__(self) -> None:
-        try:
-            with on_device(self.device_id):
-                self.buffer.close()
-        except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone; cuda.core frees the rest
-            pass
 
 
 def _queue(name: str, *args: Any) -> None:
