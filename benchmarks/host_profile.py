@@ -15,6 +15,8 @@ its prepared call (:mod:`cudnn_py.calls.prepared`): its key, arguments and addre
   of them), ``bare C``, and ``rest`` (overlap checks, workspace fetch, the graph route's variant-pack lookup, the
   result put together).
 
+Last, per array: what reading its key parts and making one new output cost (DeviceArray, torch tensor).
+
 ``batchnorm training`` gives ``y`` and the running statistics (as ``benchmarks/host_overhead.py`` does): its saved
 mean and inverse variance are still new outputs on every call; ``... saved given`` gives them too.
 ``--smoke`` also runs relu and batch norm with stand-ins (a handle never created in cuDNN, C calls and allocations
@@ -202,8 +204,27 @@ def smoke() -> None:
         host = Arrays("dev", lambda a: new(a.shape, a.dtype)(), lambda a: new(a.shape, a.dtype)())
         names = {k: v for k, v in rows(h, engine="legacy").items() if k.startswith(("relu", "batchnorm"))}
         got = table(h, {"dev": host}, names, 20, 1, lambda: None)
-    if len(got) != 7 or any("refused" in line for line in got):
+        floor = floors(h, {"dev": host}, 20, 1, lambda: None)
+    if len(got) != 7 or any("refused" in line for line in got) or "DeviceArray new" not in floor:
         raise SystemExit("host_profile.py: smoke: the stand-in breakdown failed:\n" + "\n".join(got))
+
+
+def floors(h, kinds: dict[str, Arrays], calls: int, rounds: int, sync) -> str:
+    """Per array, what any prepared call pays: reading its key parts (the wrapper's reads, as
+    :mod:`cudnn_py.calls.prepared` makes them) and making one new (1, 8, 8, 8) float16 output and dropping it."""
+    fns: dict[str, Callable[[], object]] = {}
+    x = kinds["dev"]["x"]
+    fns["DeviceArray key"] = lambda: (x.layout_key or memory.layout_key(x), x.ptr & 15)
+    new_array = prep._device_allocator(x)
+    fns["DeviceArray new"] = lambda: new_array(h)
+    if "torch" in kinds:
+        from cudnn_py import torch_outputs
+        t = kinds["torch"]["x"]
+        fns["torch key"] = lambda: (type(t), t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
+        new = torch_outputs.allocator(X, memory.c_strides(X), np.dtype(np.float16), 0)
+        fns["torch new"] = lambda: new(h)
+    us = host_overhead.per_call(fns, calls, rounds, sync)
+    return "per array, us: " + ", ".join(f"{k} {v:.2f}" for k, v in us.items())
 
 
 def main(argv=None) -> None:
@@ -228,6 +249,7 @@ def main(argv=None) -> None:
     print(f"host time per call, us (median of {args.rounds} rounds of {args.calls}); added = package - bare; "
           f"wrapper = package - replay (key, lookup); replay = alloc (n new outputs) + bare + rest")
     print("\n".join(lines))
+    print(floors(h, kinds, args.calls, args.rounds, sync))
 
 
 if __name__ == "__main__":

@@ -434,6 +434,23 @@ def test_memory_order_puts_unit_axes_first_then_decreasing_strides(shape, stride
     assert memory_order(shape, strides) == order
 
 
+def test_a_layout_key_is_one_object_per_layout(monkeypatch):
+    """``memory.layout_key``: arrays of one layout (shape, strides, dtype, device) share one key object, kept on the
+    array; any difference makes another; a full table is forgotten, never merging two layouts (a new object for a
+    layout seen before)."""
+    from helpers import fake_array
+    a, b = fake_array((2, 3)), fake_array((2, 3))
+    others = [fake_array((3, 2)), fake_array((2, 3), np.float16), fake_array((2, 3), strides=(1, 2)),
+              fake_array((2, 3), device=1)]
+    assert M.layout_key(a) is M.layout_key(b) is a.layout_key is b.layout_key
+    assert len({id(M.layout_key(x)) for x in [a, *others]}) == 5
+    monkeypatch.setattr(M, "_MAX_KEYS", len(M._KEYS))
+    M.layout_key(fake_array((5, 7)))  # a new layout: the full table is forgotten
+    c = fake_array((2, 3))
+    assert M.layout_key(c) is not a.layout_key and M.layout_key(c).layout == a.layout_key.layout
+    assert M.layout_key(fake_array((2, 3))) is c.layout_key
+
+
 @pytest.mark.parametrize("devices", [1, 2])
 def test_allocator_checks_once_then_allocates_per_call(monkeypatch, kept_blocks, devices):
     """``memory.allocator`` resolves the device and stream and checks the layout once; each call allocates

@@ -41,7 +41,7 @@ from cudnn_py._deprecation import warn
 from cudnn_py.core.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.core.handle import Handle, handle_arg
-from cudnn_py.core.memory import DeviceArray, Output
+from cudnn_py.core.memory import DeviceArray, Output, layout_key
 from cudnn_py.core.strided import extent
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
@@ -203,7 +203,7 @@ def _array_part(v: Any, ptrs: list) -> Any:
     if t is DeviceArray:
         p = v.ptr
         ptrs.append(p)
-        return (v.shape, v.strides, v.dtype, v.device_id, p & 15)
+        return (layout_key(v), p & 15)
     if v is None or t in _NUMBERS:  # an argument that may be an array or a number (a seed, a scale): by value
         ptrs.append(None)
         return None if v is None else (t, v)
@@ -497,10 +497,10 @@ def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArr
 def _view(a: DeviceArray, offset: int) -> Callable[[Any, Any], tuple]:
     """``view(allocation, handle) -> (array, address)``: ``a``'s layout at element ``offset`` of a replay's
     allocation, a DeviceArray on the handle's stream as the allocation."""
-    shape, strides, dt, dev, c = a.shape, a.strides, a.dtype, a.device_id, a.is_contiguous
+    shape, strides, dt, dev, c, key = a.shape, a.strides, a.dtype, a.device_id, a.is_contiguous, layout_key(a)
     nbytes = offset * dt.itemsize
-    return lambda b, handle: (DeviceArray.from_parts(b.ptr + nbytes, shape, dt, strides, dev, b, handle.stream, c),
-                              b.ptr + nbytes)
+    return lambda b, handle: (DeviceArray.from_parts(b.ptr + nbytes, shape, dt, strides, dev, b, handle.stream, c,
+                                                     key), b.ptr + nbytes)
 
 
 # ---------------------------------------------------------------- forgetting
@@ -577,7 +577,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                     elif type(v) is DeviceArray:  # _array_part inlined for DeviceArrays and torch tensors
                         q = v.ptr
                         ptrs.append(q)
-                        parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
+                        parts.append((v.layout_key or layout_key(v), q & 15))
                     elif type(v) in foreign.TORCH_TYPES:
                         q = v.data_ptr()
                         ptrs.append(q)
@@ -591,7 +591,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
                     elif type(v) is DeviceArray:
                         q = v.ptr
                         ptrs.append(q)
-                        parts.append((v.shape, v.strides, v.dtype, v.device_id, q & 15))
+                        parts.append((v.layout_key or layout_key(v), q & 15))
                     elif type(v) in foreign.TORCH_TYPES:
                         q = v.data_ptr()
                         ptrs.append(q)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["DeviceArray", "DeviceArrayLike", "Shape", "to_device", "empty", "empty_like", "zeros", "as_array",
-           "output_array", "array_signature", "allocator"]
+           "output_array", "array_signature", "allocator", "LayoutKey", "layout_key"]
 
 
 class _DLPackTensor(Protocol):
@@ -56,12 +56,49 @@ Shape = Union[int, Sequence[int]]
 _new = object.__new__
 
 
+class LayoutKey:
+    """An array layout (shape, strides in elements, dtype, device) as one object, compared and hashed by identity:
+    :func:`layout_key` gives equal layouts the same one, so a prepared call's key holds one of these per array."""
+
+    __slots__ = ("layout",)
+
+    def __init__(self, layout: tuple):
+        self.layout = layout
+
+    def __repr__(self) -> str:
+        return f"LayoutKey{self.layout}"
+
+
+_KEYS: dict[tuple, LayoutKey] = {}
+_MAX_KEYS = 1 << 16  # distinct layouts remembered; beyond, forgotten (arrays keep theirs; a new one is made)
+
+
+def layout_key(a: DeviceArray) -> LayoutKey:
+    """The :class:`LayoutKey` of ``a``'s layout (kept on ``a`` as ``a.layout_key``)."""
+    k = a.layout_key
+    if k is None:
+        k = a.layout_key = _key_of(a.shape, a.strides, a.dtype, a.device_id)
+    return k
+
+
+def _key_of(shape: tuple[int, ...], strides: tuple[int, ...], dtype: np.dtype, device_id: int) -> LayoutKey:
+    """The :class:`LayoutKey` of a layout: one object per distinct layout (while at most 65,536 are remembered)."""
+    t = (shape, strides, dtype, device_id)
+    k = _KEYS.get(t)
+    if k is None:
+        if len(_KEYS) >= _MAX_KEYS:
+            _KEYS.clear()  # safe: a key stands for one layout, whichever object it is; calls miss their key once
+        k = _KEYS.setdefault(t, LayoutKey(t))
+    return k
+
+
 class DeviceArray:
     """A strided n-d array in device memory, strides in elements (NumPy's are in bytes). Build one with
     :func:`to_device`, :func:`empty`, :func:`zeros` or :func:`as_array`; the constructor wraps memory you already own
-    (``owner`` is kept alive as long as the array)."""
+    (``owner`` is kept alive as long as the array). Its attributes are read-only: :meth:`reshape` or :func:`as_array`
+    make views of another layout."""
 
-    __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim",
+    __slots__ = ("shape", "dtype", "strides", "ptr", "device_id", "size", "nbytes", "ndim", "layout_key",
                  "_contiguous", "_owner", "_stream", "__weakref__")
 
     shape: tuple[int, ...]
@@ -72,6 +109,11 @@ class DeviceArray:
     size: int
     nbytes: int
     ndim: int
+    #: its :func:`layout_key` once asked for (None before)
+    layout_key: LayoutKey | None
+    _contiguous: bool | None
+    _owner: Any
+    _stream: Stream | None
 
     def __init__(self, ptr: int, shape: Shape, dtype: npt.DTypeLike, strides: Sequence[int] | None = None, *,
                  device_id: int = 0, owner: Any = None, stream: StreamLike = None):
@@ -97,9 +139,12 @@ class DeviceArray:
 
     @classmethod
     def from_parts(cls, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
-                   owner: Any, stream: Stream | None, contiguous: bool | None = None) -> DeviceArray:
-        """An array over memory whose layout is already checked (the package's own views and allocations)."""
+                   owner: Any, stream: Stream | None, contiguous: bool | None = None,
+                   key: LayoutKey | None = None) -> DeviceArray:
+        """An array over memory whose layout is already checked (the package's own views and allocations; ``key``:
+        its :func:`layout_key` where known)."""
         self = _new(cls)
+        self.layout_key = key
         self.ptr = ptr
         self.shape = shape
         self.dtype = dtype
@@ -286,17 +331,19 @@ def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | 
                                 f"2**63 - 1 can be addressed")
     dev = get_device(device)
     s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
-    return dev, s, shape, dtype, c_strides(shape), nbytes, device_count() == 1, keeps(s)
+    strides = c_strides(shape)
+    return dev, s, shape, dtype, strides, nbytes, device_count() == 1, keeps(s), _key_of(shape, strides, dtype,
+                                                                                          dev.device_id)
 
 
 def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
-               nbytes: int, one: bool, kept: bool) -> DeviceArray:
-    """A new array of a checked layout on device ``dev`` and stream ``s`` (``one``: the process sees one device;
-    ``kept``: ``s`` keeps blocks, :func:`cudnn_py.core.blocks.keeps`)."""
+               nbytes: int, one: bool, kept: bool, key: LayoutKey) -> DeviceArray:
+    """A new array of a checked layout (its :class:`LayoutKey` ``key``) on device ``dev`` and stream ``s`` (``one``: the
+    process sees one device; ``kept``: ``s`` keeps blocks, :func:`cudnn_py.core.blocks.keeps`)."""
     if nbytes == 0:
-        return DeviceArray.from_parts(0, shape, dtype, strides, dev.device_id, None, s, True)
+        return DeviceArray.from_parts(0, shape, dtype, strides, dev.device_id, None, s, True, key)
     b = take(dev, s, nbytes, one, kept)
-    return DeviceArray.from_parts(b.ptr, shape, dtype, strides, dev.device_id, b, s, True)
+    return DeviceArray.from_parts(b.ptr, shape, dtype, strides, dev.device_id, b, s, True, key)
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
@@ -317,7 +364,7 @@ class Output:
     """New arrays of ``shape``, ``dtype`` and element ``strides`` (None or packed: C-contiguous; else non-negative,
     over the elements they span) on a handle's stream: call it with the handle. One :func:`allocator` per stream."""
 
-    __slots__ = ("shape", "dtype", "strides", "n", "stream", "new")
+    __slots__ = ("shape", "dtype", "strides", "n", "stream", "new", "key")
 
     def __init__(self, shape: tuple[int, ...], dtype: npt.DTypeLike, strides: tuple[int, ...] | None = None):
         self.shape, self.dtype = shape, array_dtype(dtype)
@@ -326,6 +373,7 @@ class Output:
         self.n = math.prod(shape) if self.strides is None else 1 + extent(shape, self.strides)[1]
         self.stream: Any = None
         self.new: Any = None
+        self.key: LayoutKey | None = None  # a strided output's, on the stream's device
 
     def __call__(self, handle: Any) -> DeviceArray:
         return self.on(handle.stream, handle.device)
@@ -334,11 +382,14 @@ class Output:
         """A new array on ``stream`` of ``device`` (what calling it with a handle gives)."""
         if self.new is None or self.stream is not stream:
             self.new = allocator(self.shape if self.strides is None else (self.n,), self.dtype, stream, device=device)
-            self.stream = stream
+            self.stream, self.key = stream, None
         a = self.new()
         if self.strides is None:
             return a
-        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, a._stream)
+        if self.key is None:
+            self.key = _key_of(self.shape, self.strides, self.dtype, a.device_id)
+        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, a._stream, None,
+                                      self.key)
 
 
 def _queue(name: str, *args: Any) -> None:
