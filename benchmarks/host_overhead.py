@@ -1,5 +1,6 @@
 """Host time per call of every operation family on tiny tensors: cudnn-py with DeviceArrays and with torch tensors,
-each with the output given and allocated, beside the bare C call of the route the call takes and torch's closest op.
+each with its outputs given (all it writes: batch norm training's saved statistics and dropout's reserve too) and
+allocated, beside the bare C call of the route the call takes and torch's closest op.
 
     python benchmarks/host_overhead.py [--rounds 5] [--calls 2000] [--only NAME] [--json PATH]
 
@@ -59,6 +60,17 @@ class Arrays:
     def like(self, a):
         return torch.empty_like(a) if self.kind == "torch" else cudnn.empty(a.shape, a.dtype)
 
+    def like_nhwc(self, a):
+        """A new array shaped as the 4-D ``a``, channels last in memory."""
+        if self.kind == "torch":
+            return torch.empty_like(a, memory_format=torch.channels_last)
+        n, c, hh, w = a.shape
+        flat = cudnn.empty((a.size,), a.dtype)
+        return cudnn.DeviceArray(flat.ptr, a.shape, a.dtype, (hh * w * c, 1, w * c, c), owner=flat)
+
+    def bytes(self, n: int):
+        return torch.empty(n, dtype=torch.uint8, device="cuda") if self.kind == "torch" else cudnn.empty(n, np.uint8)
+
 
 def _rows(h):
     """name -> (cudnn call (arrays, given output or None), the output to give (arrays), torch's op (torch arrays))."""
@@ -97,13 +109,15 @@ def _rows(h):
             lambda a: a.like(a.x), lambda t: F.batch_norm(t.x, t.mean, t.var, t.scale.view(-1), t.shift.view(-1))),
         "batchnorm_forward_training": (
             lambda a, o: cudnn.batchnorm_forward_training(h, a.x, a.scale, a.shift, running_mean=a.mean,
-                                                          running_var=a.var, factor=0.1, y=o),
-            lambda a: a.like(a.x), lambda t: F.batch_norm(t.x, t.mean.view(-1), t.var.view(-1), t.scale.view(-1),
+                                                          running_var=a.var, factor=0.1, **(o or {})),
+            lambda a: dict(y=a.like(a.x), saved_mean=a.like(a.mean), saved_inv_var=a.like(a.mean)), lambda t: F.batch_norm(t.x, t.mean.view(-1), t.var.view(-1), t.scale.view(-1),
                                                           t.shift.view(-1), training=True)),
-        "dropout_forward": (lambda a, o: cudnn.dropout_forward(h, drop, a.x, y=o), lambda a: a.like(a.x),
+        "dropout_forward": (lambda a, o: cudnn.dropout_forward(h, drop, a.x, **(o or {})),
+                            lambda a: dict(y=a.like(a.x), reserve=a.bytes(cudnn.dropout_reserve_size(SHAPE, np.float16))),
                             lambda t: F.dropout(t.x, 0.5)),
         "set_tensor": (lambda a, o: cudnn.set_tensor(h, a.y, 0.5), None, lambda t: t.y.fill_(0.5)),
-        "transform_tensor_ex NHWC": (lambda a, o: cudnn.transform_tensor_ex(h, a.x, layout="NHWC"), None,
+        "transform_tensor_ex NHWC": (lambda a, o: cudnn.transform_tensor_ex(h, a.x, layout="NHWC", y=o),
+                                     lambda a: a.like_nhwc(a.x),
                                      lambda t: t.x.contiguous(memory_format=torch.channels_last)),
         "divisive_normalization_forward": (lambda a, o: cudnn.divisive_normalization_forward(h, lrn, a.x, y=o),
                                            lambda a: a.like(a.x), None),
