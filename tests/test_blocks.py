@@ -90,3 +90,14 @@ def test_a_full_device_frees_the_kept_blocks_and_tries_again(dev):
     assert big.ptr and [x.closed for x in dev.made[:3]] == [True] * 3
     with pytest.raises(cudnn.CudaOutOfMemoryError, match="4000 bytes on device 0"):
         new(dev, 4000)
+
+
+def test_a_failed_free_is_a_cudnn_py_error_naming_the_block(dev):
+    a = new(dev, 16)
+    del a
+
+    def fail():
+        raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
+    dev.made[0].close = fail
+    with pytest.raises(cudnn.CudaError, match=r"free failed.*a kept block of 512 bytes"):
+        cudnn.empty_cache()

@@ -1,8 +1,9 @@
 """One prepared call per operation signature: what every operation function's repeat calls run (docs/prepared.md).
 
-A function decorated with :func:`prepared` is called through a wrapper that reads its arrays' signatures (shape,
-strides, dtype, device, address alignment: attribute reads, no DLPack), which arrays share an address and its other
-arguments with their types into a key, looked up in the handle's cache ``"prepared"``:
+A function decorated with :func:`prepared` is called through a wrapper that reads its arrays' signatures (a
+DeviceArray's :class:`~cudnn_py.core.memory.LayoutKey`, a torch tensor's shape, strides, dtype and device; the address
+alignment: attribute reads, no DLPack), which arrays share an address and its other arguments with their types into a
+key, looked up in the handle's cache ``"prepared"``:
 
 * **a hit** queues the recorded work again with this call's addresses and new outputs from the inputs' package,
   validating nothing again: the key fixes everything the validated path checked;

@@ -42,24 +42,24 @@ class Block:
         self.buffer, self.ptr, self.free = buffer, ptr, free
 
     def __del__(self) -> None:
-        free = self.free
-        if free is not None and len(free) < PER_SIZE:
-            free.append((self.buffer, self.ptr))
-        else:
-            _close(self.buffer)
+        try:
+            free = self.free
+            if free is not None and len(free) < PER_SIZE:
+                free.append((self.buffer, self.ptr))
+            else:
+                _close(self.buffer)
+        except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone; cuda.core frees the rest
+            pass
 
 
 def _close(buffer: Any) -> None:
     """Free ``buffer`` ordered on the stream it was allocated on, with its device's context current (the last
     reference may go in any thread, with any device current)."""
-    try:
-        if device_count() == 1:
+    if device_count() == 1:
+        buffer.close()
+    else:
+        with on_device(buffer.device_id):
             buffer.close()
-        else:
-            with on_device(buffer.device_id):
-                buffer.close()
-    except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone; cuda.core frees the rest
-        pass
 
 
 def keeps(stream: Any) -> bool:
@@ -122,6 +122,9 @@ def empty_cache() -> int:
                 buffer, _ = free.pop()
             except IndexError:  # another thread took the last one
                 break
-            _close(buffer)
+            try:
+                _close(buffer)
+            except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError
+                raise cuda_error_from(e, "free", f"a kept block of {size} bytes") from e
             freed += size
     return freed

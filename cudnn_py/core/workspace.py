@@ -72,6 +72,8 @@ class Workspace:
         :raises WorkspaceLimitError: when ``nbytes`` exceeds :attr:`cap`.
         :raises CudaOutOfMemoryError: when the device has no room.
         """
+        if stream is self._stream and 0 < nbytes <= self._size and nbytes <= self.peak:
+            return self._ptr  # a repeat on the stream that used it last (the size never exceeds the cap)
         if nbytes < 0:
             raise InvalidValueError(f"workspace size must be >= 0 bytes, got {nbytes}")
         if nbytes > self.peak:
