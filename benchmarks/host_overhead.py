@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - the torch columns are left out
     torch = None
 
 SHAPE = (1, 8, 8, 8)
+RESERVE = cudnn.dropout_reserve_size(SHAPE, np.float16)  # dropout's mask bytes
 
 
 class Arrays:
@@ -110,10 +111,11 @@ def _rows(h):
         "batchnorm_forward_training": (
             lambda a, o: cudnn.batchnorm_forward_training(h, a.x, a.scale, a.shift, running_mean=a.mean,
                                                           running_var=a.var, factor=0.1, **(o or {})),
-            lambda a: dict(y=a.like(a.x), saved_mean=a.like(a.mean), saved_inv_var=a.like(a.mean)), lambda t: F.batch_norm(t.x, t.mean.view(-1), t.var.view(-1), t.scale.view(-1),
-                                                          t.shift.view(-1), training=True)),
+            lambda a: dict(y=a.like(a.x), saved_mean=a.like(a.mean), saved_inv_var=a.like(a.mean)),
+            lambda t: F.batch_norm(t.x, t.mean.view(-1), t.var.view(-1), t.scale.view(-1), t.shift.view(-1),
+                                   training=True)),
         "dropout_forward": (lambda a, o: cudnn.dropout_forward(h, drop, a.x, **(o or {})),
-                            lambda a: dict(y=a.like(a.x), reserve=a.bytes(cudnn.dropout_reserve_size(SHAPE, np.float16))),
+                            lambda a: dict(y=a.like(a.x), reserve=a.bytes(RESERVE)),
                             lambda t: F.dropout(t.x, 0.5)),
         "set_tensor": (lambda a, o: cudnn.set_tensor(h, a.y, 0.5), None, lambda t: t.y.fill_(0.5)),
         "transform_tensor_ex NHWC": (lambda a, o: cudnn.transform_tensor_ex(h, a.x, layout="NHWC", y=o),

@@ -332,8 +332,8 @@ def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | 
     dev = get_device(device)
     s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
     strides = c_strides(shape)
-    return dev, s, shape, dtype, strides, nbytes, device_count() == 1, keeps(s), _key_of(shape, strides, dtype,
-                                                                                          dev.device_id)
+    key = _key_of(shape, strides, dtype, dev.device_id)
+    return dev, s, shape, dtype, strides, nbytes, device_count() == 1, keeps(s), key
 
 
 def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
