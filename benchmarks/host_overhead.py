@@ -24,6 +24,7 @@ import numpy as np
 
 import cudnn_py as cudnn
 from cudnn_py.calls import prepared as prep
+from cudnn_py.core.conv_layout import packed_strides
 from cudnn_py.cli.prerequisites import script_args
 
 try:
@@ -65,9 +66,8 @@ class Arrays:
         """A new array shaped as the 4-D ``a``, channels last in memory."""
         if self.kind == "torch":
             return torch.empty_like(a, memory_format=torch.channels_last)
-        n, c, hh, w = a.shape
         flat = cudnn.empty((a.size,), a.dtype)
-        return cudnn.DeviceArray(flat.ptr, a.shape, a.dtype, (hh * w * c, 1, w * c, c), owner=flat)
+        return cudnn.DeviceArray(flat.ptr, a.shape, a.dtype, packed_strides(a.shape, True), owner=flat)
 
     def bytes(self, n: int):
         return torch.empty(n, dtype=torch.uint8, device="cuda") if self.kind == "torch" else cudnn.empty(n, np.uint8)

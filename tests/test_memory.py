@@ -488,7 +488,6 @@ def test_allocator_checks_once_then_allocates_per_call(monkeypatch, kept_blocks,
     monkeypatch.setattr(M, "get_device", lambda d=None: looked.append(d) or Dev())
     named = {}
     monkeypatch.setattr(M, "as_stream", lambda s, d=None: named.setdefault(s, types.SimpleNamespace(handle=0)))
-    monkeypatch.setattr(M, "device_count", lambda: devices)
     monkeypatch.setattr(contexts, "_DEVICE_COUNT", [devices])
     monkeypatch.setattr(blocks, "on_device", Here)
     new = M.allocator([2, 3, 4], "float16", "s1", device=devices - 1)

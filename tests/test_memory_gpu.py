@@ -141,7 +141,6 @@ def test_an_allocator_makes_what_empty_makes(rng):
     assert (z.ptr, z.shape, z.size) == (0, (0, 4), 0)
 
 
-
 def test_a_small_arrays_block_is_reused_on_the_default_stream_only(rng):
     """Once a small array on the default stream is collected, the next array of its size there gets its block (the
     same address, holding the new data); an array on another stream gets its own memory, and its block is not kept;
@@ -166,6 +165,7 @@ def test_a_small_arrays_block_is_reused_on_the_default_stream_only(rng):
     assert cudnn.empty_cache() >= 2 * 4000 and cudnn.empty_cache() == 0
     e = cudnn.to_device(host)
     np.testing.assert_array_equal(e.to_numpy(), host)
+
 
 def test_a_held_timer_times_the_gpu_not_the_host():
     """``timer(hold=True)``: the host's pause between two fills is not timed (it is without the hold), and the work

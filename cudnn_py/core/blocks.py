@@ -67,15 +67,15 @@ def keeps(stream: Any) -> bool:
     return int(stream.handle) in _LEGACY
 
 
-def take(dev: Any, stream: Any, nbytes: int, one: bool, kept: bool) -> Block:
-    """A block of at least ``nbytes`` (> 0) on ``stream`` of device ``dev`` (``one``: the process sees one device;
-    ``kept``: :func:`keeps` ``stream``): a kept one, else a new allocation.
+def take(dev: Any, stream: Any, nbytes: int, kept: bool) -> Block:
+    """A block of at least ``nbytes`` (> 0) on ``stream`` of device ``dev`` (``kept``: :func:`keeps` ``stream``): a
+    kept one, else a new allocation.
 
     :raises CudaOutOfMemoryError: when the device has no room, after the kept blocks are freed.
     """
     size = -(-nbytes // GRAIN) * GRAIN
     if not kept or size > LARGEST:
-        return Block(*_allocate(dev, stream, size, one, nbytes), None)
+        return Block(*_allocate(dev, stream, size, nbytes), None)
     free = _kept.get((dev.device_id, size))
     if free is None:
         free = _kept.setdefault((dev.device_id, size), [])
@@ -84,23 +84,23 @@ def take(dev: Any, stream: Any, nbytes: int, one: bool, kept: bool) -> Block:
             return Block(*free.pop(), free)
         except IndexError:  # another thread took the last one
             pass
-    return Block(*_allocate(dev, stream, size, one, nbytes), free)
+    return Block(*_allocate(dev, stream, size, nbytes), free)
 
 
-def _allocate(dev: Any, stream: Any, size: int, one: bool, nbytes: int) -> tuple[Any, int]:
+def _allocate(dev: Any, stream: Any, size: int, nbytes: int) -> tuple[Any, int]:
     """(a new cuda.core buffer of ``size`` bytes, its address); where the device is full, tried again once the kept
     blocks are freed (errors name ``nbytes``, the array's size)."""
     try:
-        return _new(dev, stream, size, one, nbytes)
+        return _buffer(dev, stream, size, nbytes)
     except CudaOutOfMemoryError:
         if not empty_cache():
             raise
-    return _new(dev, stream, size, one, nbytes)
+    return _buffer(dev, stream, size, nbytes)
 
 
-def _new(dev: Any, stream: Any, size: int, one: bool, nbytes: int) -> tuple[Any, int]:
+def _buffer(dev: Any, stream: Any, size: int, nbytes: int) -> tuple[Any, int]:
     try:
-        if one:  # one device: no other context to switch to (see on_device)
+        if device_count() == 1:  # no other context to switch to (see on_device)
             buffer = dev.allocate(size, stream=stream)
         else:
             with on_device(dev.device_id):

@@ -22,7 +22,7 @@ from cudnn_py.core.dlpack import KDL_CUDA, KDL_CUDA_MANAGED, capsule
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, check_cuda as _check
 from cudnn_py.core.args import element_value, is_int
-from cudnn_py.core.contexts import device_count, driver, on_device, primary_context
+from cudnn_py.core.contexts import driver, on_device, primary_context
 import cudnn_py.core.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
 from cudnn_py.clib.recording import device_work
 from cudnn_py.core.blocks import keeps, take
@@ -333,16 +333,16 @@ def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | 
     s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
     strides = c_strides(shape)
     key = _key_of(shape, strides, dtype, dev.device_id)
-    return dev, s, shape, dtype, strides, nbytes, device_count() == 1, keeps(s), key
+    return dev, s, shape, dtype, strides, nbytes, keeps(s), key
 
 
 def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
-               nbytes: int, one: bool, kept: bool, key: LayoutKey) -> DeviceArray:
-    """A new array of a checked layout (its :class:`LayoutKey` ``key``) on device ``dev`` and stream ``s`` (``one``: the
-    process sees one device; ``kept``: ``s`` keeps blocks, :func:`cudnn_py.core.blocks.keeps`)."""
+               nbytes: int, kept: bool, key: LayoutKey) -> DeviceArray:
+    """A new array of a checked layout (its :class:`LayoutKey` ``key``) on device ``dev`` and stream ``s`` (``kept``:
+    ``s`` keeps blocks, :func:`cudnn_py.core.blocks.keeps`)."""
     if nbytes == 0:
         return DeviceArray.from_parts(0, shape, dtype, strides, dev.device_id, None, s, True, key)
-    b = take(dev, s, nbytes, one, kept)
+    b = take(dev, s, nbytes, kept)
     return DeviceArray.from_parts(b.ptr, shape, dtype, strides, dev.device_id, b, s, True, key)
 
 
