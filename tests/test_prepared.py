@@ -80,6 +80,21 @@ def test_anything_but_the_addresses_changing_builds_again(change):
     assert len(body) == 2
 
 
+def test_arrays_passed_by_keyword_key_and_replay_as_positional_ones():
+    """The generated wrapper reads each count of positional arguments: an input passed by keyword keys a prepared
+    call of its own that replays; a keyword output's address alignment is keyed as a positional input's is."""
+    op, fn, body = make_op()
+    h = fake_handle()
+    for _ in range(2):
+        op(h, x=arr((2, 4)), y=arr((2, 4)))
+    assert len(body) == 1 and h.cache_info()[P.CACHE] == 1
+    op(h, arr((2, 4)), y=arr((2, 4)))
+    assert len(body) == 2
+    for _ in range(2):
+        op(h, arr((2, 4)), y=arr((2, 4), ptr=fake_array().ptr + 4))
+    assert len(body) == 3 and [c[4] % 16 for c in fn.calls[-2:]] == [4, 4]
+
+
 def test_partial_overlap_is_refused_first_call_and_repeat():
     op, fn, body = make_op()
     h = fake_handle()
