@@ -46,7 +46,7 @@ def dev(monkeypatch, kept_blocks):
 
 def new(dev, nbytes, stream=LEGACY):
     shape, dt = (nbytes // 4,), np.dtype(np.float32)
-    return M._new_array(dev, stream, shape, dt, (1,), nbytes, blocks.keeps(stream), M._key_of(shape, (1,), dt, 0))
+    return M._maker(dev, stream, shape, dt, (1,), nbytes, M._key_of(shape, (1,), dt, 0))()
 
 
 def test_a_collected_arrays_block_is_taken_by_the_next_of_its_size_on_the_default_stream(dev):

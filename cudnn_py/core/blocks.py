@@ -12,12 +12,13 @@ is full, or on :func:`empty_cache`, they are freed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from cudnn_py.errors import CudaOutOfMemoryError, CudnnPyError, cuda_error_from
 from cudnn_py.core.contexts import device_count, on_device
 
-__all__ = ["GRAIN", "LARGEST", "PER_SIZE", "Block", "keeps", "take", "empty_cache"]
+__all__ = ["GRAIN", "LARGEST", "PER_SIZE", "Block", "keeps", "taker", "empty_cache"]
 
 #: sizes are rounded up to a multiple of this many bytes, so that near sizes share blocks
 GRAIN = 512
@@ -67,24 +68,25 @@ def keeps(stream: Any) -> bool:
     return int(stream.handle) in _LEGACY
 
 
-def take(dev: Any, stream: Any, nbytes: int, kept: bool) -> Block:
-    """A block of at least ``nbytes`` (> 0) on ``stream`` of device ``dev`` (``kept``: :func:`keeps` ``stream``): a
-    kept one, else a new allocation.
+def taker(dev: Any, stream: Any, nbytes: int) -> Callable[[], Block]:
+    """A function answering a block of at least ``nbytes`` (> 0) on ``stream`` of device ``dev`` per call: a kept one
+    where :func:`keeps` ``stream``, else a new allocation.
 
-    :raises CudaOutOfMemoryError: when the device has no room, after the kept blocks are freed.
+    :raises CudaOutOfMemoryError: (from the function) when the device has no room, after the kept blocks are freed.
     """
     size = -(-nbytes // GRAIN) * GRAIN
-    if not kept or size > LARGEST:
-        return Block(*_allocate(dev, stream, size, nbytes), None)
-    free = _kept.get((dev.device_id, size))
-    if free is None:
-        free = _kept.setdefault((dev.device_id, size), [])
-    elif free:
-        try:
-            return Block(*free.pop(), free)
-        except IndexError:  # another thread took the last one
-            pass
-    return Block(*_allocate(dev, stream, size, nbytes), free)
+    if not keeps(stream) or size > LARGEST:
+        return lambda: Block(*_allocate(dev, stream, size, nbytes), None)
+    free = _kept.setdefault((dev.device_id, size), [])  # never removed: the list found here stays the one kept
+
+    def take() -> Block:
+        if free:
+            try:
+                return Block(*free.pop(), free)
+            except IndexError:  # another thread took the last one
+                pass
+        return Block(*_allocate(dev, stream, size, nbytes), free)
+    return take
 
 
 def _allocate(dev: Any, stream: Any, size: int, nbytes: int) -> tuple[Any, int]:

@@ -10,7 +10,6 @@ reads an array is yours to order (keep it referenced or synchronise), as in PyTo
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, Union, cast
@@ -25,7 +24,7 @@ from cudnn_py.core.args import element_value, is_int
 from cudnn_py.core.contexts import driver, on_device, primary_context
 import cudnn_py.core.foreign as _foreign  # its torch tables, read through the module (learn_torch replaces them)
 from cudnn_py.clib.recording import device_work
-from cudnn_py.core.blocks import keeps, take
+from cudnn_py.core.blocks import taker
 from cudnn_py.core.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.core.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
 from cudnn_py.core.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, extent, is_c_contiguous,
@@ -322,7 +321,7 @@ Out = TypeVar("Out", bound=DeviceArrayLike)
 
 
 def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> tuple:
-    """The arguments of :func:`_new_array` for a new C-contiguous array, checked."""
+    """The arguments of :func:`_maker` for a new C-contiguous array, checked."""
     shape = normalize_shape(shape)
     dtype = array_dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
@@ -333,21 +332,26 @@ def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | 
     s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
     strides = c_strides(shape)
     key = _key_of(shape, strides, dtype, dev.device_id)
-    return dev, s, shape, dtype, strides, nbytes, keeps(s), key
+    return dev, s, shape, dtype, strides, nbytes, key
 
 
-def _new_array(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
-               nbytes: int, kept: bool, key: LayoutKey) -> DeviceArray:
-    """A new array of a checked layout (its :class:`LayoutKey` ``key``) on device ``dev`` and stream ``s`` (``kept``:
-    ``s`` keeps blocks, :func:`cudnn_py.core.blocks.keeps`)."""
+def _maker(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
+           nbytes: int, key: LayoutKey) -> Callable[[], DeviceArray]:
+    """A function making a new array of a checked layout (its :class:`LayoutKey` ``key``) on device ``dev`` and stream
+    ``s`` per call."""
+    dev_id = dev.device_id
     if nbytes == 0:
-        return DeviceArray.from_parts(0, shape, dtype, strides, dev.device_id, None, s, True, key)
-    b = take(dev, s, nbytes, kept)
-    return DeviceArray.from_parts(b.ptr, shape, dtype, strides, dev.device_id, b, s, True, key)
+        return lambda: DeviceArray.from_parts(0, shape, dtype, strides, dev_id, None, s, True, key)
+    take = taker(dev, s, nbytes)
+
+    def new() -> DeviceArray:
+        b = take()
+        return DeviceArray.from_parts(b.ptr, shape, dtype, strides, dev_id, b, s, True, key)
+    return new
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
-    return _new_array(*_plan(shape, dtype, stream, device))
+    return _maker(*_plan(shape, dtype, stream, device))()
 
 
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
@@ -357,7 +361,7 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
     """
-    return functools.partial(_new_array, *_plan(shape, dtype, stream, device))
+    return _maker(*_plan(shape, dtype, stream, device))
 
 
 class Output:
