@@ -636,10 +636,12 @@ def test_dropout_is_seeded_and_unbiased(tg, rng):
     plain = ct.sdpa(q, k, v)
     assert torch.equal(a, b), "the same seed and offset gave different masks"
     assert not torch.equal(a, plain), "dropout changed nothing"
-    mean = torch.stack([ct.sdpa(q, k, v, dropout=0.25) for _ in range(200)]).double().mean(0)
-    err = (mean - plain.double()).abs().max().item()
-    # E[dropout(P)] V = P V: the mean of 200 draws is within 10 % of the output's range
-    assert err < 0.1 * plain.double().abs().max().item(), (err, plain.double().abs().max().item())
+    draws = torch.stack([ct.sdpa(q, k, v, dropout=0.25) for _ in range(200)]).double()
+    # E[dropout(P)] V = P V: each element's mean of 200 independent draws is within 6 of its standard errors (less
+    # bfloat16's rounding); a fixed range (10 % of the output's) failed one run in about twenty on fresh data
+    err = (draws.mean(0) - plain.double()).abs() - 0.01 * plain.double().abs().max()
+    z = (err / (draws.std(0) / 200 ** 0.5).clamp(min=1e-6)).max().item()
+    assert z < 6, z
     a.sum().backward()  # the backward replays the same mask (checked against the reference by the core's tests)
     assert torch.isfinite(q.grad).all()
 
