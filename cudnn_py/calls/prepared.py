@@ -200,10 +200,14 @@ class Prepared:
 # ---------------------------------------------------------------- reading the arguments
 
 def _array_part(v: Any, ptrs: list) -> Any:
-    """The key part of an array argument that is neither a DeviceArray nor a tensor of a torch type known yet (those
-    are read inline, :func:`_read`), its address appended to ``ptrs``: a number or None by value, a torch tensor
-    (torch imported since) by its attributes."""
+    """The key part of an array argument, its address appended to ``ptrs``: a DeviceArray's LayoutKey (paired with its
+    address's alignment where not 16 bytes), a number or None, a torch tensor's attributes; another array raises."""
     t = type(v)
+    if t is DeviceArray:
+        p = v.ptr
+        ptrs.append(p)
+        k = v.layout_key or layout_key(v)
+        return (k, p & 15) if p & 15 else k
     if v is None or t in _NUMBERS:  # an argument that may be an array or a number (a seed, a scale): by value
         ptrs.append(None)
         return None if v is None else (t, v)
@@ -523,9 +527,8 @@ engine_choice.on_mode_change(lambda: forget(None, engine_choice.CACHE))
 
 # ---------------------------------------------------------------- the call wrapper, generated
 
-#: reading array argument ``{v}``'s key part into ``{k}``, its address appended to ``ptrs``: a DeviceArray by its
-#: LayoutKey (with its address's alignment where not 16 bytes), a torch tensor by its attributes, others by
-#: :func:`_array_part`
+#: reading array argument ``{v}``'s key part into ``{k}``: :func:`_array_part` inlined for DeviceArrays and the torch
+#: types known so far
 _READ = """\
 t = type({v})
 if t is DeviceArray:
@@ -580,14 +583,15 @@ def call(handle, *args, **kwargs):
 @functools.lru_cache(maxsize=None)
 def _caller(is_array: tuple[bool, ...], required: int, epoch: bool) -> Any:
     """The compiled wrapper ``call(handle, *args, **kwargs)`` of the functions whose positional parameters are arrays
-    where ``is_array`` says (``required`` of them without a default): a branch per count of positional arguments
-    reads each one's key part without a loop (a loop over them cost relu's call 0.2 us more on the CPU machine)."""
+    where ``is_array`` says, ``required`` without a default: from ``required`` up, a branch per count of positional
+    arguments reads them without a loop (which cost relu's call 0.2 us on the CPU machine); fewer take a loop."""
+    head = ["fn", "epoch()"] if epoch else ["fn"]
     branches = []
-    for j, n in enumerate([required, *(n for n in range(len(is_array), -1, -1) if n != required)]):
+    for j, n in enumerate([required, *range(len(is_array), required, -1)]):
         lines = [f"{'el' if j else ''}if n == {n}:"]
         if n:
             lines.append(f"    {', '.join(f'a{i}' for i in range(n))}{',' if n == 1 else ''} = args")
-        parts = ["fn", "epoch()"] if epoch else ["fn"]
+        parts = list(head)
         for i in range(n):
             if is_array[i]:
                 lines.append(textwrap.indent(_READ.format(v=f"a{i}", k=f"k{i}"), "    ").rstrip())
@@ -596,6 +600,13 @@ def _caller(is_array: tuple[bool, ...], required: int, epoch: bool) -> Any:
                 parts.append(f"a{i} if type(a{i}) in PLAIN else (type(a{i}), a{i})")
         lines.append(f"    parts = [{', '.join(parts)}]")
         branches.append(textwrap.indent("\n".join(lines) + "\n", " " * 8))
+    if required:
+        branches.append(textwrap.indent(f"""\
+elif n < {required}:
+    parts = [{', '.join(head)}]
+    for v, a in zip(args, is_array):
+        parts.append(part(v, ptrs) if a else v if type(v) in PLAIN else (type(v), v))
+""", " " * 8))
     source = _CALL.format(positional="".join(branches),
                           keyword=textwrap.indent(_READ.format(v="v", k="kp"), " " * 16))
     filename = f"<prepared call {''.join('a' if a else 'v' for a in is_array)} {required}{' epoch' if epoch else ''}>"
@@ -603,8 +614,7 @@ def _caller(is_array: tuple[bool, ...], required: int, epoch: bool) -> Any:
     return compile(source, filename, "exec")
 
 
-#: the names the generated wrappers read besides their function's own (and this module's name: their frames are the
-#: wrapper's, which deprecation warnings look past)
+#: the names the generated wrappers read (this module's name too: deprecation warnings look past its frames)
 _CALLER_ENV = {"__name__": __name__, "Handle": Handle, "state": state, "DeviceArray": DeviceArray,
                "layout_key": layout_key, "foreign": foreign, "part": _array_part, "PLAIN": _PLAIN, "CACHE": CACHE,
                "NONE": _NONE, "Unkeyable": _Unkeyable, "MISS": _MISS, "WorkspaceLimitError": WorkspaceLimitError}
@@ -653,7 +663,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
             return _each(result, lambda r: r if id(r) in given else to_package(r, pkg))
 
         env: dict[str, Any] = {**_CALLER_ENV, "fn": fn, "epoch": epoch, "validated": validated, "first": first,
-                               "arrays": spec.arrays}
+                               "arrays": spec.arrays, "is_array": spec.is_array}
         exec(_caller(spec.is_array, spec.required, epoch is not None), env)
         call = functools.wraps(fn)(env["call"])
         call.__prepared__ = spec  # type: ignore[attr-defined]

@@ -70,10 +70,7 @@ def keeps(stream: Any) -> bool:
 
 def taker(dev: Any, stream: Any, nbytes: int) -> Callable[[], Block]:
     """A function answering a block of at least ``nbytes`` (> 0) on ``stream`` of device ``dev`` per call: a kept one
-    where :func:`keeps` ``stream``, else a new allocation.
-
-    :raises CudaOutOfMemoryError: (from the function) when the device has no room, after the kept blocks are freed.
-    """
+    where :func:`keeps` ``stream``, else a new allocation (``CudaOutOfMemoryError`` once the kept ones are freed)."""
     size = -(-nbytes // GRAIN) * GRAIN
     if not keeps(stream) or size > LARGEST:
         return lambda: Block(*_allocate(dev, stream, size, nbytes), None)
