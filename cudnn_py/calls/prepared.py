@@ -527,8 +527,7 @@ engine_choice.on_mode_change(lambda: forget(None, engine_choice.CACHE))
 
 # ---------------------------------------------------------------- the call wrapper, generated
 
-#: reading array argument ``{v}``'s key part into ``{k}``: :func:`_array_part` inlined for DeviceArrays and the torch
-#: types known so far
+#: reading array argument ``{v}``'s key part into ``{k}``: :func:`_array_part` inlined (DeviceArrays, known torch types)
 _READ = """\
 t = type({v})
 if t is DeviceArray:
@@ -637,6 +636,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
     """
     def wrap(fn: F) -> F:
         spec = _Spec(fn, inputs, outputs, inplace, scalars, moved)
+
         def validated(handle: Any, args: tuple, kwargs: dict) -> Any:
             handle, args, kwargs = spec.checked(handle, args, kwargs)
             outer, state.call = state.call, _Call(spec, args, kwargs)
