@@ -108,6 +108,41 @@ def test_partial_overlap_is_refused_first_call_and_repeat():
     assert len(fn.calls) == calls  # nothing queued
 
 
+@pytest.mark.parametrize("which", ["x", "y"])
+def test_arrays_whose_elements_overlap_are_refused_before_any_call(which):
+    op, fn, body = make_op()
+    h = fake_handle()
+    broadcast = arr((4, 4), strides=(0, 1))  # every row the same 4 elements (torch's expand)
+    x, y = (broadcast, arr((4, 4))) if which == "x" else (arr((4, 4)), broadcast)
+    for _ in range(2):
+        with pytest.raises(InvalidValueError, match=rf"{which}'s strides \(0, 1\) make elements of shape \(4, 4\) "
+                                                    r"overlap \(a broadcast view\)"):
+            op(h, x, y=y)
+    assert not fn.calls and not body
+    op(h, arr((1, 4), strides=(0, 1)), y=arr((1, 4)))  # a size-1 dim's stride reaches nothing twice
+    assert len(fn.calls) == 1
+
+
+def test_given_outputs_sharing_memory_are_refused():
+    fn = CFn()
+
+    @P.prepared(inputs=("x",), outputs=("y", "z"))
+    def op(handle, x, *, y=None, z=None):
+        _common.launch(handle, fn, handle.ptr, x, y, z)
+        return y, z
+    h = fake_handle()
+    y = arr((4, 4))
+    at = lambda offset: DeviceArray.from_parts(y.ptr + offset, (4, 4), y.dtype, (4, 1), 0, None, None)  # noqa: E731
+    for z in (y, at(32)):
+        with pytest.raises(InvalidValueError, match="outputs y and z share memory"):
+            op(h, arr((4, 4)), y=y, z=z)
+    assert not fn.calls
+    op(h, arr((4, 4)), y=y, z=at(64))  # adjacent: prepared
+    with pytest.raises(InvalidValueError, match="outputs y and z share memory"):  # the repeat call's own check
+        op(h, arr((4, 4)), y=y, z=at(48))
+    assert len(fn.calls) == 1
+
+
 def test_in_place_kept_where_allowed_and_refused_where_not():
     op, fn, body = make_op(inplace=True)
     h = fake_handle()

@@ -115,6 +115,28 @@ def test_in_place_repeat_and_partial_overlap_refused():
             cudnn.lrn_forward(h, LRN, a, y=a)
 
 
+@pytest.mark.parametrize("engine", ["graph", "legacy"])
+def test_broadcast_views_and_outputs_sharing_memory_refused_on_every_route(engine):
+    """torch's expand gives strides of 0 that no route verifies (an output of them would be written by racing
+    threads): refused before anything is queued, as two outputs in one memory are."""
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 8, 1, 6, device="cuda")
+    with cudnn.Handle() as h:
+        y = torch.full(SHAPE, float("nan"), device="cuda")
+        with pytest.raises(cudnn.InvalidValueError, match=r"x's strides \(48, 6, 0, 1\) .* broadcast view"):
+            cudnn.activation_forward(h, "relu", x.expand(SHAPE), y=y, engine=engine)
+        with pytest.raises(cudnn.InvalidValueError, match=r"y's strides \(48, 6, 0, 1\) .* broadcast view"):
+            cudnn.activation_forward(h, "relu", y, y=x.expand(SHAPE), engine=engine)
+        assert torch.isnan(y).all() and torch.isfinite(x).all()
+        got = cudnn.activation_forward(h, "relu", x.expand(SHAPE).contiguous(), y=y, engine=engine)
+        np.testing.assert_array_equal(got.cpu().numpy(), np.maximum(x.expand(SHAPE).cpu().numpy(), 0))
+        stats = torch.full((1, 8, 1, 1), float("nan"), device="cuda")
+        scale, bias = torch.ones_like(stats), torch.zeros_like(stats)
+        with pytest.raises(cudnn.InvalidValueError, match="outputs saved_mean and saved_inv_var share memory"):
+            cudnn.batchnorm_forward_training(h, y, scale, bias, saved_mean=stats, saved_inv_var=stats, engine=engine)
+        assert torch.isnan(stats).all()
+
+
 @pytest.mark.parametrize("name", ["activation_forward", "softmax_forward", "pooling_forward", "op_tensor",
                                   "convolution_forward", "convolution_backward_data"])
 def test_torch_in_torch_out(name):

@@ -7,7 +7,7 @@ key, looked up in the handle's cache ``"prepared"``:
 
 * **a hit** queues the recorded work again with this call's addresses and new outputs from the inputs' package,
   validating nothing again: the key fixes everything the validated path checked;
-* **a miss** refuses partially overlapping outputs, then runs the function itself while
+* **a miss** refuses broadcast arrays and overlapping outputs, then runs the function itself while
   :mod:`cudnn_py.clib.recording` writes down what it queued; a recording whose every address is one of the call's
   arrays (or a new output it returned) becomes the signature's :class:`Prepared` call, one that cannot be replayed
   is validated again next time. Meanwhile the call is :data:`cudnn_py.clib.recording.state` ``.call``, from whose
@@ -44,7 +44,7 @@ from cudnn_py.core.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, Output, layout_key
-from cudnn_py.core.strided import extent
+from cudnn_py.core.strided import extent, non_overlapping
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
 
@@ -137,8 +137,8 @@ def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
 class Prepared:
     """What a repeat call of one signature runs, compiled once into ``run(handle, args, kwargs, ptrs)``: the recorded
     steps with the address slots filled in (the call's arrays, then its new outputs from their package's allocator)
-    and the result put together; it answers :data:`_MISS` where a given output now overlaps an input or a descriptor
-    a caller may close (``closable``) was closed (the validated path then raises as it does)."""
+    and the result put together; it answers :data:`_MISS` where a given output now overlaps an input or output, or a
+    descriptor a caller may close (``closable``) was closed (the validated path then raises as it does)."""
 
     __slots__ = ("name", "steps", "news", "bases", "uses", "workspace", "run", "source")
 
@@ -154,7 +154,7 @@ class Prepared:
             lines.append(f"    if d{k}.closed:\n        return MISS")
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
-        if overlaps:  # output o and input i overlap where ilo - ohi < po - pi < ihi - olo
+        if overlaps:  # output o and array i overlap where ilo - ohi < po - pi < ihi - olo
             tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" for o, i, olo, ohi, ilo, ihi in overlaps)
             if len(overlaps) < 4:
                 lines.append(f"    if {tests}:\n        return MISS")
@@ -363,17 +363,22 @@ def _readable_view(v: Any) -> Any:
 
 
 def _refuse_overlap(spec: _Spec, slots: list) -> None:
-    """Refuse a given output that shares memory with an input other than as the identical view (and that one too
-    where the operation has no in-place form), for arrays of every kind."""
-    views = [(n, _readable_view(v)) for n, _, v in slots]
-    outs = [(n, v) for n, v in views if n in spec.outputs and v is not None]
-    ins = [(n, v) for n, v in views if n not in spec.outputs and v is not None]
-    for on, o in outs:
-        po, olo, ohi, osh, ost, odt = _extent(o)
-        for iname, i in ins:
-            pi, ilo, ihi, ish, ist, idt = _extent(i)
-            if not (po + olo < pi + ihi and pi + ilo < po + ohi):
+    """Refuse, for arrays of every kind: one whose elements overlap (a broadcast view: cuDNN's legacy descriptors
+    refuse it, and an output of it would be written by racing threads); two given outputs sharing memory; a given
+    output sharing memory with an input other than as the identical view (and that one too where the operation has
+    no in-place form)."""
+    arrays = [(n, _extent(v)) for n, v in ((n, _readable_view(v)) for n, _, v in slots) if v is not None]
+    for k, (on, (po, olo, ohi, osh, ost, odt)) in enumerate(arrays):
+        if min(ost, default=0) >= 0 and not non_overlapping(osh, ost):
+            raise InvalidValueError(f"{spec.name}: {on}'s strides {tuple(ost)} make elements of shape {tuple(osh)} "
+                                    f"overlap (a broadcast view); cuDNN needs a layout: pass a packed copy (torch: "
+                                    f".contiguous())")
+        for j, (iname, (pi, ilo, ihi, ish, ist, idt)) in enumerate(arrays):
+            if (on not in spec.outputs or j == k or iname in spec.outputs and j < k or 0 in osh or 0 in ish
+                    or not (po + olo < pi + ihi and pi + ilo < po + ohi)):
                 continue
+            if iname in spec.outputs:
+                raise InvalidValueError(f"{spec.name}: outputs {on} and {iname} share memory: pass separate memory")
             if (po, osh, ost, odt) == (pi, ish, ist, idt):
                 if spec.inplace:
                     continue
@@ -458,18 +463,11 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
         steps.append((step.call, base, tuple(subs), tuple(ws), step.keep))
     if any(len(ptrs) + k not in used for k in range(len(new))):
         return None  # a new output no step writes
-    overlaps = []
-    arrays = [(n, v) for n, _, v in slots]
-    for oi, (on, o) in enumerate(arrays):
-        if on not in spec.outputs or not _readable(o):
-            continue
-        po, olo, ohi, *_ = _extent(o)
-        for ii, (iname, i) in enumerate(arrays):
-            if iname in spec.outputs or not _readable(i):  # None, or a number where an array may be (a seed)
-                continue
-            pi, ilo, ihi, *_ = _extent(i)
-            if po != pi:  # exact in-place pairs stay so: the key holds which arrays share an address
-                overlaps.append((oi, ii, olo, ohi, ilo, ihi))
+    # what a repeat call checks: each given output against each input and each later output (arrays, not None or a
+    # number); exact in-place pairs stay so, as the key holds which arrays share an address
+    ext = [(k, n in spec.outputs, *_extent(v)[:3]) for k, (n, _, v) in enumerate(slots) if _readable(v)]
+    overlaps = [(o, i, olo, ohi, ilo, ihi) for o, o_out, po, olo, ohi in ext if o_out
+                for i, i_out, pi, ilo, ihi in ext if (not i_out or i > o) and po != pi]
     torch = package([v for n, _, v in slots if n not in spec.outputs]) == "torch"
     alloc = (lambda a: _hooks("torch").allocator(a.shape, a.strides, a.dtype, a.device_id)) if torch else \
         _device_allocator  # DeviceArrays (a foreign package's calls are never keyed)
