@@ -306,6 +306,7 @@ def test_public_operation_functions_are_prepared_calls(name):
 def test_first_call_outputs_reach_torch_through_dlpack_or_an_int_view(monkeypatch):
     """The configuration's first call hands its new DeviceArray to torch through DLPack; a dtype torch's DLPack
     import lacks (the float8 types) goes as same-width ints viewed as the dtype."""
+    import importlib.util
     import sys
     import types
     got = []
@@ -324,7 +325,10 @@ def test_first_call_outputs_reach_torch_through_dlpack_or_an_int_view(monkeypatc
         return T(a)
     fake = types.SimpleNamespace(from_dlpack=from_dlpack, float8_e4m3fn="f8", int8="i8")
     monkeypatch.setitem(sys.modules, "torch", fake)
-    monkeypatch.delitem(sys.modules, "cudnn_py.torch_outputs", raising=False)  # imported afresh with the stand-in
+    spec = importlib.util.find_spec("cudnn_py.torch_outputs")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)  # a copy with the stand-in, gone after the test (a later test's torch is real)
+    monkeypatch.setitem(sys.modules, "cudnn_py.torch_outputs", hooks)
     import ml_dtypes
     a = DeviceArray.from_parts(0x7000_0000, (2, 3), np.dtype(ml_dtypes.float8_e4m3fn), (3, 1), 0, None, object())
     t = P.to_package(a, "torch")
