@@ -674,6 +674,18 @@ def test_sdpa_cache_clear_forgets_the_prepared_calls_sdpa_objects_made(fake_exec
     assert len(handle_cache_of(h)) == 0
 
 
+@pytest.mark.parametrize("which", ["k", "o"])
+def test_sdpa_objects_refuse_broadcast_views_before_planning(fake_exec, which):
+    """The stateful form reads its arrays itself (its autotune runs plans before any execute): k broadcast over the
+    heads (torch's expand) or an o whose rows share memory is refused as the function form refuses it."""
+    h, q = _PlanHandle(), fake((1, 2, 64, 64), BF16)
+    bcast = DeviceArray(0x800000, q.shape, BF16, (64 * 64, 0, 64, 1))
+    k, o = (bcast, None) if which == "k" else (q, bcast)
+    with pytest.raises(ValueError, match=rf"{which}'s strides \(4096, 0, 64, 1\) make elements .* overlap"):
+        S.Sdpa(h, q, k, q, causal=True, o=o)
+    assert fake_exec[1] == []
+
+
 def test_pythonic_alibi_binds_its_slopes_as_a_constant(fake_exec, monkeypatch):
     packs, made = fake_exec
     copied = []

@@ -44,7 +44,7 @@ from cudnn_py.core.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, Output, layout_key
-from cudnn_py.core.strided import extent, non_overlapping
+from cudnn_py.core.strided import check_layout, extent
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
 
@@ -369,10 +369,7 @@ def _refuse_overlap(spec: _Spec, slots: list) -> None:
     no in-place form)."""
     arrays = [(n, _extent(v)) for n, v in ((n, _readable_view(v)) for n, _, v in slots) if v is not None]
     for k, (on, (po, olo, ohi, osh, ost, odt)) in enumerate(arrays):
-        if min(ost, default=0) >= 0 and not non_overlapping(osh, ost):
-            raise InvalidValueError(f"{spec.name}: {on}'s strides {tuple(ost)} make elements of shape {tuple(osh)} "
-                                    f"overlap (a broadcast view); cuDNN needs a layout: pass a packed copy (torch: "
-                                    f".contiguous())")
+        check_layout(osh, ost, f"{spec.name}: {on}'s")
         for j, (iname, (pi, ilo, ihi, ish, ist, idt)) in enumerate(arrays):
             if (on not in spec.outputs or j == k or iname in spec.outputs and j < k or 0 in osh or 0 in ish
                     or not (po + olo < pi + ihi and pi + ilo < po + ohi)):

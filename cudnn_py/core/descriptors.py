@@ -27,7 +27,8 @@ from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import CObject
 from cudnn_py.core.args import DIM_MAX, INT32_MAX, dims, enum_member, ints, nan_flag
-from cudnn_py.core.memory import DeviceArray, as_array, c_strides, non_overlapping
+from cudnn_py.core.memory import DeviceArray, as_array, c_strides
+from cudnn_py.core.strided import check_layout
 
 __all__ = [
     "Descriptor", "Settings", "legacy_dtype", "read_back", "c_nan", "c_ints", "TensorDescriptor", "FilterDescriptor",
@@ -255,14 +256,7 @@ class TensorDescriptor(_ArrayDescriptor):
             strides = ints(strides, None, "tensor strides", 0)
             if len(strides) != len(shape):
                 raise InvalidValueError(f"tensor strides {strides} must have one entry per dimension of shape {shape}")
-            bad = [i for i, (n, s) in enumerate(zip(shape, strides)) if s == 0 and n > 1]
-            if bad:
-                raise InvalidValueError(f"tensor strides {strides} are 0 in dimension(s) {bad} of size > 1 (a "
-                                        f"broadcast view); cuDNN needs real strides: make a packed copy")
-            if not non_overlapping(shape, strides):
-                raise InvalidValueError(f"tensor strides {strides} make elements of shape {shape} overlap (two "
-                                        f"indices address one element); give strides of a layout (e.g. packed "
-                                        f"{c_strides(shape)})")
+            check_layout(shape, strides, "tensor")
         c_order = c_strides(shape) if strides is None else strides
         span = 1 + sum((n - 1) * s for n, s in zip(shape, c_order))  # elements from the first to the last, inclusive
         if span > INT32_MAX:

@@ -9,7 +9,7 @@ import numpy as np
 
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
-from cudnn_py.core.strided import c_strides, check_extent, non_overlapping
+from cudnn_py.core.strided import c_strides, check_extent, check_layout
 
 __all__ = ["TORCH_TYPES", "TORCH_DTYPES", "learn_torch", "is_torch_tensor", "Signature", "check_cuda_array_interface"]
 
@@ -87,7 +87,5 @@ def check_cuda_array_interface(obj, name: str) -> None:
             raise InvalidValueError(f"{name}: __cuda_array_interface__ strides {tuple(strides)} (bytes) must be "
                                     f"non-negative multiples of the item size {item}")
         strides = tuple(b // item for b in strides)
-        if not non_overlapping(shape, strides):
-            raise InvalidValueError(f"{name}: __cuda_array_interface__ strides {tuple(cai['strides'])} (bytes) make "
-                                    f"elements of shape {tuple(shape)} overlap")
+        check_layout(shape, strides, f"{name}: __cuda_array_interface__ element")
     check_extent(data[0], tuple(shape), tuple(strides), dtype, name)

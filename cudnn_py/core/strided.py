@@ -13,8 +13,8 @@ from cudnn_py.core.caches import shared
 from cudnn_py.core.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
-__all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "memory_order", "preserved_strides", "normalize_shape",
-           "check_extent", "extent", "array_dtype", "MAX_BYTES"]
+__all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "check_layout", "memory_order", "preserved_strides",
+           "normalize_shape", "check_extent", "extent", "array_dtype", "MAX_BYTES"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -137,6 +137,13 @@ def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
             return False
         reach += (n - 1) * s
     return True
+
+
+def check_layout(shape: Sequence[int], strides: Sequence[int], name: str) -> None:
+    """Refuse non-negative ``strides`` (elements) that reach one element twice (torch's ``expand`` makes them)."""
+    if min(strides, default=0) >= 0 and not non_overlapping(shape, strides):
+        raise InvalidValueError(f"{name} strides {tuple(strides)} make elements of shape {tuple(shape)} overlap (a "
+                                f"broadcast view?); cuDNN needs a layout: pass a packed copy (torch: .contiguous())")
 
 
 def preserved_strides(shape: Sequence[int], strides: Sequence[int],

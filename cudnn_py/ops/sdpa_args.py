@@ -18,6 +18,7 @@ from cudnn_py.graph import Graph
 from cudnn_py.graph.ops.sdpa_options import SdpaOptions
 from cudnn_py.graph.runner import Runner, handle_device, new_output, plan_graph
 from cudnn_py.core.memory import DeviceArray, array_signature, as_array, is_torch_tensor, to_device
+from cudnn_py.core.strided import check_layout
 
 #: what the prepared calls that ran an attention graph note they were built on (:func:`~cudnn_py.sdpa_cache_clear`)
 ROUTE = "attention graph paths"
@@ -39,6 +40,7 @@ def device_tensor(obj: Any, name: str) -> tuple[Any, tuple]:
     if type(obj) is not DeviceArray and not is_torch_tensor(obj):
         obj = as_array(obj, name)
     (shape, strides, dtype, _), _ = array_signature(obj, name)
+    check_layout(shape, strides, f"{name}'s")
     return obj, (shape, strides, dtype)
 
 
