@@ -417,7 +417,7 @@ def test_broadcast_and_unpacked_views_are_copied_by_the_op_and_refused_by_the_co
     dtype, (b, h, s, d) = "bfloat16", (2, 4, 48, 64)
     qa, ka, va = rng.standard_normal((b, h, s, d)), *(rng.standard_normal((b, 1, s, d)) for _ in range(2))
     k, v = (_t(torch, a, dtype).detach().expand(b, h, s, d) for a in (ka, va))
-    q = _t(torch, qa.transpose(0, 1, 3, 2), dtype).detach().transpose(2, 3)  # head dim stride S
+    q = _t(torch, qa, dtype).detach().transpose(2, 3).contiguous().transpose(2, 3)  # head dim stride S
     assert k.stride(1) == 0 and q.stride(3) == s
     ro, _ = R.forward(_h(q), _h(k), _h(v), causal=True)
     for _ in range(2):
