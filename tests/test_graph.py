@@ -340,6 +340,38 @@ def test_tensor_like_numpy_and_strides():
         g.tensor((0, 2))
 
 
+
+@pytest.mark.parametrize("strides", [(0, 1), (1, 1)])
+@pytest.mark.parametrize("role", ["input", "output"])
+def test_tensors_whose_elements_overlap_are_refused_before_cudnn_sees_the_graph(strides, role):
+    """A broadcast (stride 0) or otherwise overlapping layout of a tensor with memory is refused when the graph is
+    validated: an input of it was never verified, an output of it would be written by racing threads. Size-1 dims
+    take any stride, and a tensor whose batches ragged offsets place keeps its unused batch stride."""
+    g = Graph(name="g")
+    x = g.tensor((4, 4), strides=strides if role == "input" else None, name="x")
+    y = g.relu(x).set_output(True).set_name("y")
+    if role == "output":
+        y.strides = strides  # as a given output's layout is set on the graph's result
+    with pytest.raises(ValueError, match=rf"graph 'g': tensor {'x' if role == 'input' else 'y'}'s strides "
+                                         rf"\({strides[0]}, 1\) make elements of shape \(4, 4\) overlap"):
+        g.validate()
+    b = Graph(name="b")
+    b.relu(b.tensor_like(np.broadcast_to(np.zeros((1, 4), np.float32), (4, 4)), "x")).set_output(True)
+    with pytest.raises(ValueError, match=r"tensor x's strides \(0, 1\)"):
+        b.validate()
+    ok = Graph()
+    ok.relu(ok.tensor((1, 4), strides=(0, 1))).set_output(True)
+    ok.validate()
+    ragged = Graph()  # a head-major packed (T=6, H=2, D=4) q seen as (B=2, H, s_max=4, D): batch stride 16 unused
+    q = ragged.tensor((2, 2, 4, 4), strides=(16, 24, 4, 1), name="q")
+    offsets = ragged.tensor((3, 1, 1, 1), dtype="int32", name="offsets")
+    q.set_ragged_offset(offsets)
+    o = ragged.relu(q).set_output(True)  # o takes q's strides: placed by the offsets too, or refused
+    with pytest.raises(ValueError, match=r"overlap"):
+        ragged.validate()
+    o.set_ragged_offset(offsets)
+    ragged.validate()
+
 def test_key_depends_on_structure_shapes_and_dtypes():
     def make(shape=(1, 8, 8, 8), dtype="float32", act="relu"):
         g = Graph(io_dtype=dtype)

@@ -26,6 +26,7 @@ from cudnn_py import capi
 from cudnn_py.core import conv_layout
 from cudnn_py.core.args import shape_arg
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
+from cudnn_py.core.strided import check_layout
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
 
@@ -188,7 +189,7 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
     def tensor(self, shape: Sequence[int], dtype=None, strides: Sequence[int] | None = None, name: str | None = None,
                layout: str | None = None) -> Tensor:
         """A graph input/output tensor with device memory. ``strides`` in elements (default packed row-major, or
-        channels-last with ``layout='NHWC'``)."""
+        channels-last with ``layout='NHWC'``); :meth:`validate` refuses strides that reach an element twice."""
         self._check_open()
         shape = shape_arg(shape, "shape")
         if not 0 < len(shape) <= 8:
@@ -328,7 +329,8 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         return [t for t in self.tensors if t.uid in used and not t.is_virtual]
 
     def validate(self) -> None:
-        """Python-side checks before cuDNN sees the graph: at least one op and output; no dangling virtuals."""
+        """Python-side checks before cuDNN sees the graph: at least one op and output; no dangling virtuals; no
+        tensor with memory whose elements overlap."""
         if not self.ops:
             raise InvalidValueError(f"graph {self.name!r} has no operations")
         produced = {t.uid for op in self.ops for t in op.outputs.values()}
@@ -343,6 +345,9 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
                              f"output; call .set_output(True) on it")
         if not any(not t.is_virtual for op in self.ops for t in op.outputs.values()):
             raise InvalidValueError(f"graph {self.name!r} has no output: call .set_output(True) on a result")
+        for t in self.io_tensors():  # a broadcast input was never verified; an output of it, racing threads write
+            ragged = t.ragged_offset is not None  # its batches placed by offsets: the batch stride goes unused
+            check_layout(t.shape[ragged:], t.strides[ragged:], f"graph {self.name!r}: tensor {t.name}'s")
 
     def scalar_pointer(self, t: Tensor) -> int:
         """The host address of by-value scalar ``t``'s value (what a variant pack binds)."""
