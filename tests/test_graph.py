@@ -340,7 +340,6 @@ def test_tensor_like_numpy_and_strides():
         g.tensor((0, 2))
 
 
-
 @pytest.mark.parametrize("strides", [(0, 1), (1, 1)])
 @pytest.mark.parametrize("role", ["input", "output"])
 def test_tensors_whose_elements_overlap_are_refused_before_cudnn_sees_the_graph(strides, role):
@@ -371,6 +370,7 @@ def test_tensors_whose_elements_overlap_are_refused_before_cudnn_sees_the_graph(
         ragged.validate()
     o.set_ragged_offset(offsets)
     ragged.validate()
+
 
 def test_key_depends_on_structure_shapes_and_dtypes():
     def make(shape=(1, 8, 8, 8), dtype="float32", act="relu"):
