@@ -53,8 +53,12 @@ class StandIn:
 
 
 def fake(shape, dtype=np.float32, strides=None) -> DeviceArray:
-    """A DeviceArray with a dummy address: never dereferenced because validation fails first."""
-    return DeviceArray(0x10000, shape, dtype, strides)
+    """A DeviceArray at a new dummy address (the first at 0x10000, 4 GiB apart): never dereferenced because
+    validation fails first."""
+    return DeviceArray(next(_fake_addresses), shape, dtype, strides)
+
+
+_fake_addresses = __import__("itertools").count(0x10000, 1 << 32)
 
 
 def numeric_gradient(loss, arr: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -150,8 +154,9 @@ class FakeTorchTensor:
     """What cudnn_py reads of a torch tensor without a DLPack view (memory.array_signature, Graph.tensor_like):
     shape, stride(), dtype, is_cuda, get_device(), data_ptr(); device -1 is the CPU."""
 
-    def __init__(self, shape, dtype, ptr=0x10000, strides=None, device=0):
-        self.shape, self.dtype, self._ptr, self._device = tuple(shape), dtype, ptr, device
+    def __init__(self, shape, dtype, ptr=None, strides=None, device=0):
+        self.shape, self.dtype, self._device = tuple(shape), dtype, device
+        self._ptr = next(_fake_addresses) if ptr is None else ptr
         self._strides = memory.c_strides(self.shape) if strides is None else tuple(strides)
         self.is_cuda = device >= 0
 

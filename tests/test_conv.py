@@ -2,6 +2,7 @@
 before any C call (with DeviceArrays that wrap placeholder addresses, never dereferenced)."""
 from __future__ import annotations
 
+import itertools
 import types
 
 import numpy as np
@@ -17,7 +18,10 @@ from helpers import NoCallHandle
 
 
 def _arr(shape, dtype=np.float32, strides=None, device_id=0):
-    return DeviceArray(1 << 30, shape, dtype, strides, device_id=device_id)
+    return DeviceArray(next(_ADDRESSES), shape, dtype, strides, device_id=device_id)
+
+
+_ADDRESSES = itertools.count(1 << 30, 1 << 32)  # a new made-up address per array
 
 
 class _NoC(NoCallHandle):

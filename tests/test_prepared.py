@@ -13,6 +13,7 @@ from cudnn_py.clib import recording
 from cudnn_py.capi import cudnnHandle_t
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.core.memory import DeviceArray
+from cudnn_py.core.strided import shares_elements
 from cudnn_py.ops import _common
 from helpers import FakeCFunction, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
@@ -141,6 +142,43 @@ def test_given_outputs_sharing_memory_are_refused():
     with pytest.raises(InvalidValueError, match="outputs y and z share memory"):  # the repeat call's own check
         op(h, arr((4, 4)), y=y, z=at(48))
     assert len(fn.calls) == 1
+
+
+def test_interleaved_views_of_one_buffer_share_no_element_and_repeat_unvalidated():
+    fn, body = CFn(), []
+
+    @P.prepared(inputs=("x",), outputs=("y", "z"))
+    def op(handle, x, *, y=None, z=None):
+        body.append(1)
+        _common.launch(handle, fn, handle.ptr, x, y, z)
+        return y, z
+    h = fake_handle()
+    column = lambda b, j: arr((4, 4), strides=(12, 3), ptr=b.ptr + 4 * j)  # noqa: E731 - column j of every three
+    for _ in range(3):
+        b = arr((4, 12))
+        x, y, z = (column(b, j) for j in range(3))
+        assert op(h, x, y=y, z=z) == (y, z)
+    assert len(fn.calls) == 3 and len(body) == 1  # the repeats never ran the validated path
+    b = arr((4, 12))
+    for first in (True, False):  # z three elements on: z's elements are y's, every call refuses
+        with pytest.raises(InvalidValueError, match="outputs y and z share memory"):
+            op(h, column(b, 0), y=column(b, 1), z=column(b, 4))
+        with pytest.raises(InvalidValueError, match="y shares memory with x but is not the same view"):
+            op(h, column(b, 0), y=column(b, 3), z=column(b, 2))
+    assert len(fn.calls) == 3
+
+
+@pytest.mark.parametrize("a, b, shared", [
+    ((64, (4,), (2,), 4), (68, (4,), (2,), 4), False),  # even and odd elements
+    ((64, (4,), (2,), 4), (72, (4,), (2,), 4), True),
+    ((100, (4,), (-1,), 4), (88, (1,), (1,), 4), True),  # runs backwards over it
+    ((100, (4,), (-1,), 4), (84, (1,), (1,), 4), False),  # just below
+    ((2 ** 64 - 64, (4,), (1,), 4), (2 ** 64 - 32, (4,), (1,), 4), False),  # at the top of the address space
+    ((64, (3, 5), (10, 2), 2), (66, (3, 5), (10, 2), 2), False),  # every other 2-byte item, and the rest
+    ((64, (3, 5), (10, 2), 2), (68, (3, 5), (10, 2), 4), True),  # 4-byte items over them
+])
+def test_shares_elements_reads_strides_not_extents(a, b, shared):
+    assert shares_elements(a, b) is shared and shares_elements(b, a) is shared
 
 
 def test_in_place_kept_where_allowed_and_refused_where_not():

@@ -141,7 +141,7 @@ def test_many_overlap_checks_are_skipped_only_at_the_last_passing_addresses():
     """A prepared call with four or more overlap checks compares the call's addresses with the last ones that passed
     first; any other addresses are checked in full, so an output moved onto an input is still refused (MISS)."""
     calls = []
-    overlaps = [(o, i, 0, 64, 0, 64) for o in (2, 3) for i in (0, 1)]
+    overlaps = [(o, i, 0, 64, 0, 64, None) for o in (2, 3) for i in (0, 1)]
     step = (lambda *a: calls.append(a), [None] * 4, ((0, 0), (1, 1), (2, 2), (3, 3)), (), ())
     p = P.Prepared("op", [step], [], overlaps, (("arg", 0),), None, 4)
     h, apart = fake_cudnn_handle(), [0x1000, 0x2000, 0x3000, 0x4000]
@@ -151,6 +151,17 @@ def test_many_overlap_checks_are_skipped_only_at_the_last_passing_addresses():
         near[o] = near[i] + 32
         assert p.run(h, ("x",), {}, near) is P._MISS
     assert p.run(h, ("x",), {}, list(apart)) == "x" and len(calls) == 2
+
+
+def test_overlapping_extents_pass_at_the_offset_the_first_call_checked_element_by_element():
+    """Output 1 and input 0 span 64 bytes each; the first call found them sharing no element 4 bytes apart (every
+    other float of one buffer): only that offset passes, any other within the extents is checked again (MISS)."""
+    step = (lambda *a: None, [None] * 2, ((0, 0), (1, 1)), (), ())
+    p = P.Prepared("op", [step], [], [(1, 0, 0, 64, 0, 64, 4)], (("arg", 0),), None, 2)
+    h = fake_cudnn_handle()
+    assert p.run(h, ("x",), {}, [0x1000, 0x1004]) == "x" and p.run(h, ("x",), {}, [0x9000, 0x9004]) == "x"
+    assert [p.run(h, ("x",), {}, [0x1000, 0x1000 + d]) for d in (8, -4, 60)] == [P._MISS] * 3
+    assert p.run(h, ("x",), {}, [0x1000, 0x1040]) == "x"  # apart
 
 
 class Foreign:

@@ -411,6 +411,31 @@ def test_pythonic_forward_backward_interleaved_qkv_and_cache(handle, rng):
     _check_grads([None, *(_host(g_) for g_ in grads)], ref, "bfloat16")
 
 
+def test_backward_into_interleaved_views_of_one_gradient_buffer(handle, rng):
+    """dq, dk, dv as the three interleaved views of one NaN-poisoned (B, S, 3, H, D) buffer (flash-attention's
+    qkv-packed backward): their extents overlap but no element is shared, so the call takes them; the repeat call
+    too (the prepared call, no new one), into a new buffer."""
+    dt = BF16
+    b, s, h, d = 2, 100, 4, 64
+    st = (s * 3 * h * d, d, 3 * h * d, 1)
+    views = lambda buf: [DeviceArray(buf.ptr + i * h * d * 2, (b, h, s, d), dt, st, owner=buf)  # noqa: E731
+                         for i in range(3)]
+    qkv = rng.standard_normal((b, s, 3, h, d))
+    q, k, v = views(to_device(qkv.astype(dt)))
+    doa = rng.standard_normal((b, h, s, d))
+    o, stats = S.sdpa(handle, q, k, v, causal=True, return_stats=True)
+    host = [qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+    ref = R.backward(*(_q(x, dt) for x in host), _q(doa, dt), causal=True)
+    do, made = _dev(doa, dt), []
+    for _ in range(2):
+        grads = views(_nan((b, s, 3, h, d), dt))
+        got = S.sdpa_backward(handle, q, k, v, o, do, stats, causal=True, **dict(zip(("dq", "dk", "dv"), grads)))
+        assert list(got) == grads
+        made.append(handle.cache_info()["prepared"])
+        _check_grads([None, *(_host(g_) for g_ in got)], ref, "bfloat16")
+    assert made[0] == made[1]
+
+
 def test_pythonic_torch_tensors_padding_dbias_autotune(handle, rng):
     torch = pytest.importorskip("torch")
     b, h, s, d = 2, 4, 64, 64

@@ -44,7 +44,7 @@ from cudnn_py.core.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, Output, layout_key
-from cudnn_py.core.strided import check_layout, extent
+from cudnn_py.core.strided import check_layout, extent, shares_elements
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
 
@@ -154,8 +154,11 @@ class Prepared:
             lines.append(f"    if d{k}.closed:\n        return MISS")
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
-        if overlaps:  # output o and array i overlap where ilo - ohi < po - pi < ihi - olo
-            tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" for o, i, olo, ohi, ilo, ihi in overlaps)
+        if overlaps:  # output o and array i overlap where ilo - ohi < po - pi < ihi - olo, but at the offset a
+            # first call checked element by element (interleaved views of one buffer)
+            tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" if d is None else
+                                f"({ilo - ohi} < p{o} - p{i} < {ihi - olo} and p{o} - p{i} != {d})"
+                                for o, i, olo, ohi, ilo, ihi, d in overlaps)
             if len(overlaps) < 4:
                 lines.append(f"    if {tests}:\n        return MISS")
             else:  # the addresses of the last call that passed, compared first: one list comparison
@@ -364,15 +367,16 @@ def _readable_view(v: Any) -> Any:
 
 def _refuse_overlap(spec: _Spec, slots: list) -> None:
     """Refuse, for arrays of every kind: one whose elements overlap (a broadcast view: cuDNN's legacy descriptors
-    refuse it, and an output of it would be written by racing threads); two given outputs sharing memory; a given
-    output sharing memory with an input other than as the identical view (and that one too where the operation has
-    no in-place form)."""
+    refuse it, and an output of it would be written by racing threads); two given outputs sharing an element; a
+    given output sharing an element with an input other than as the identical view (and that one too where the
+    operation has no in-place form). Interleaved views of one buffer (packed dq, dk, dv) share none."""
     arrays = [(n, _extent(v)) for n, v in ((n, _readable_view(v)) for n, _, v in slots) if v is not None]
     for k, (on, (po, olo, ohi, osh, ost, odt)) in enumerate(arrays):
         check_layout(osh, ost, f"{spec.name}: {on}'s")
         for j, (iname, (pi, ilo, ihi, ish, ist, idt)) in enumerate(arrays):
             if (on not in spec.outputs or j == k or iname in spec.outputs and j < k or 0 in osh or 0 in ish
-                    or not (po + olo < pi + ihi and pi + ilo < po + ohi)):
+                    or not (po + olo < pi + ihi and pi + ilo < po + ohi)
+                    or not shares_elements((po, osh, ost, odt.itemsize), (pi, ish, ist, idt.itemsize))):
                 continue
             if iname in spec.outputs:
                 raise InvalidValueError(f"{spec.name}: outputs {on} and {iname} share memory: pass separate memory")
@@ -461,9 +465,11 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     if any(len(ptrs) + k not in used for k in range(len(new))):
         return None  # a new output no step writes
     # what a repeat call checks: each given output against each input and each later output (arrays, not None or a
-    # number); exact in-place pairs stay so, as the key holds which arrays share an address
+    # number); exact in-place pairs stay so, as the key holds which arrays share an address, and so do pairs whose
+    # extents overlap without a common element (checked by the validated path): at their offset ``d``
     ext = [(k, n in spec.outputs, *_extent(v)[:3]) for k, (n, _, v) in enumerate(slots) if _readable(v)]
-    overlaps = [(o, i, olo, ohi, ilo, ihi) for o, o_out, po, olo, ohi in ext if o_out
+    overlaps = [(o, i, olo, ohi, ilo, ihi, po - pi if ilo - ohi < po - pi < ihi - olo else None)
+                for o, o_out, po, olo, ohi in ext if o_out
                 for i, i_out, pi, ilo, ihi in ext if (not i_out or i > o) and po != pi]
     torch = package([v for n, _, v in slots if n not in spec.outputs]) == "torch"
     alloc = (lambda a: _hooks("torch").allocator(a.shape, a.strides, a.dtype, a.device_id)) if torch else \
@@ -634,6 +640,7 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         def validated(handle: Any, args: tuple, kwargs: dict) -> Any:
             handle, args, kwargs = spec.checked(handle, args, kwargs)
+            _refuse_overlap(spec, spec.slots(args, kwargs))
             outer, state.call = state.call, _Call(spec, args, kwargs)
             try:
                 return fn(handle, *args, **kwargs)
@@ -642,7 +649,6 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         def first(handle: Any, args: tuple, kwargs: dict, key: tuple | None, ptrs: list) -> Any:
             slots = spec.slots(args, kwargs)
-            _refuse_overlap(spec, slots)
             with recording.recording() as rec:
                 result = _as_given(validated(handle, args, kwargs), spec, slots)
             if key is not None:

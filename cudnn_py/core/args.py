@@ -7,16 +7,15 @@ from __future__ import annotations
 import math
 import sys
 from enum import IntEnum
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from cudnn_py import capi
-from cudnn_py.core.strided import extent
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["INT32_MAX", "INT64_MAX", "DIM_MAX", "is_int", "int_arg", "float_arg", "bool_arg", "scaling",
-           "element_value", "no_partial_alias", "enum_member", "nan_flag", "int_tuple", "ints", "int_or_ints",
+           "element_value", "enum_member", "nan_flag", "int_tuple", "ints", "int_or_ints",
            "spatial_ndim", "dims", "handle_ptr"]
 
 DIM_MAX = 8  # CUDNN_DIM_MAX
@@ -229,39 +228,6 @@ def dims(shape, what: str, lo: int, hi: int = DIM_MAX) -> tuple[int, ...]:
     if any(v <= 0 for v in out):
         raise InvalidValueError(f"{what} {out} has a zero or negative dimension; every dimension must be >= 1")
     return out
-
-
-class Strided(Protocol):
-    """What the memory checks read of an array (a :class:`cudnn_py.DeviceArray` has it)."""
-    ptr: int
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: np.dtype
-    size: int
-    device_id: int
-
-
-def _byte_range(a: Strided) -> tuple[int, int]:
-    item = a.dtype.itemsize
-    lo, hi = extent(a.shape, a.strides)
-    return a.ptr + lo * item, a.ptr + (hi + 1) * item
-
-
-def no_partial_alias(out: Strided, out_name: str, *inputs: tuple[Strided, str]) -> None:
-    """Refuse an output whose memory overlaps an input's unless both are the same view (in place): memory read
-    through other strides or offsets while written gives results that depend on the kernels' order."""
-    if out.size == 0:
-        return
-    o_lo, o_hi = _byte_range(out)
-    for a, name in inputs:
-        if a.size == 0 or a.device_id != out.device_id or (
-                a.ptr == out.ptr and a.shape == out.shape and a.strides == out.strides and a.dtype == out.dtype):
-            continue
-        lo, hi = _byte_range(a)
-        if lo < o_hi and o_lo < hi:
-            raise InvalidValueError(f"{out_name} shares memory with {name} but is not the same view (shape "
-                                    f"{out.shape}, strides {out.strides}, address {out.ptr:#x} against {a.shape}, "
-                                    f"{a.strides}, {a.ptr:#x}): pass {name} itself for in place, or separate memory")
 
 
 def handle_ptr(handle):

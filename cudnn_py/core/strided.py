@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from cudnn_py.core.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "check_layout", "memory_order", "preserved_strides",
-           "normalize_shape", "check_extent", "extent", "array_dtype", "MAX_BYTES"]
+           "normalize_shape", "check_extent", "extent", "shares_elements", "array_dtype", "MAX_BYTES"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -95,6 +96,20 @@ def extent(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
         else:
             hi += (n - 1) * s
     return lo, hi
+
+
+def shares_elements(a: tuple, b: tuple) -> bool:
+    """Whether two strided arrays ``(address, shape, element strides, itemsize)`` reach a common byte (not merely
+    overlapping extents: the interleaved views of one packed buffer share none). NumPy's exact solver answers, on
+    byte views of the two addresses (rebased; never read); a layout too hard to solve counts as sharing."""
+    base = min(ptr + extent(shape, strides)[0] * item for ptr, shape, strides, item in (a, b)) - 64
+    x, y = (np.asarray(SimpleNamespace(__array_interface__={
+        "data": (ptr - base, True), "shape": (*shape, item), "strides": (*(s * item for s in strides), 1),
+        "typestr": "|u1", "version": 3})) for ptr, shape, strides, item in (a, b))
+    try:
+        return bool(np.shares_memory(x, y, max_work=1 << 20))  # type: ignore[arg-type]  # stubs: 0 or -1 only
+    except np.exceptions.TooHardError:
+        return True
 
 
 #: the spellings :func:`array_dtype` has resolved (np.float32, "float16", ...)
