@@ -557,6 +557,15 @@ def test_pythonic_packed_batches_bind_logical_views(fake_exec):
                max_seq_len_q=20)
     with pytest.raises(ValueError, match="Dv == D"):
         S.sdpa(h, q, k, DeviceArray(0x300000, (70, hk, 32), BF16), **kw)
+    # the offsets count H * D elements a token in every tensor sharing them: other token strides are refused
+    interleaved = DeviceArray(0x700000, (50, hq, d), BF16, (3 * hq * d, d, 1))  # q of a packed (T, 3, H, D) qkv
+    head_major = DeviceArray(0x700000, (50, hq, d), BF16, (d, 50 * d, 1))
+    for bad in (interleaved, head_major):
+        with pytest.raises(ValueError, match=r"q must be a C-contiguous packed \(T, H, D\) tensor"):
+            S.sdpa(h, bad, k, v, **kw)
+        with pytest.raises(ValueError, match=r"o must be a C-contiguous packed"):
+            S.sdpa(h, q, k, v, o=bad, **kw)
+    assert len(made) == 2
 
 
 def test_backward_scratch_lives_in_the_plan_workspace(monkeypatch):

@@ -61,17 +61,21 @@ def _as_4d(obj: Any, name: str, axis: int = 0, pages: bool = False) -> DeviceArr
 
 def thd(obj: Any, name: str, b: int, s_max: int, heads: int | None = None) -> DeviceArray:
     """A packed (T, H, D) device tensor seen as the logical (B, H, s_max, D) tensor the graph describes: token-major
-    strides, batches placed by the ragged offsets (so the batch stride is never used)."""
+    strides, batches placed by the ragged offsets (so the batch stride is never used). C-contiguous only: one offset
+    tensor serves q, o, do and dq (another k, v, dk and dv), and new outputs are packed, so every such tensor must
+    place token i at i * H * D (an interleaved or head-major one would be read or written elsewhere)."""
     a = as_array(obj, name)
     if a.ndim != 3:
         raise InvalidValueError(f"{name} must be a packed (T, H, D) tensor with ragged offsets, got shape {a.shape}")
-    if heads is not None and a.shape[1] != heads:
+    _, h, d = a.shape
+    if heads is not None and h != heads:
         raise InvalidValueError(f"{name} must have {heads} heads, got shape {a.shape}")
-    t_st, h_st, d_st = a.strides
-    if d_st != 1:
-        raise InvalidValueError(f"{name}'s head dim must be packed (stride 1), got strides {a.strides}")
-    return DeviceArray(a.ptr, (b, a.shape[1], s_max, a.shape[2]), a.dtype, (s_max * t_st, h_st, t_st, 1),
-                       device_id=a.device_id, owner=a)
+    if not a.is_contiguous:
+        raise InvalidValueError(f"{name} must be a C-contiguous packed (T, H, D) tensor (the ragged offsets count "
+                                f"H * D elements a token and are shared with o, or v, and the gradients), got strides "
+                                f"{a.strides}; for other layouts build the graph (g.sdpa's ragged_offset_q/k/v/o)")
+    return DeviceArray(a.ptr, (b, h, s_max, d), a.dtype, (s_max * h * d, d, h * d, 1), device_id=a.device_id,
+                       owner=a)
 
 
 def device_scalar(handle: Any, value: Any, name: str, dtype: Any) -> DeviceArray:
