@@ -601,16 +601,16 @@ def test_packed_batches_forward_backward(handle, rng, stats_packed, offset_dtype
 
 
 def test_packed_head_major_q_and_o_with_offsets_of_their_own(handle, rng):
-    """A head-major packed q and o ((H, T, D) in memory: token stride D, head stride T * D) with offsets of their
-    own (cumulative tokens times D) beside token-major packed k and v: the graph takes the layout, so it is checked
-    against the reference; nothing is written past o's last head."""
+    """A head-major packed q ((H, T, D) in memory: token stride D, head stride T * D) and o (the graph's layout for
+    it: B * S_max rows a head) with offsets of their own (cumulative tokens times D) beside token-major packed k and
+    v: the graph takes these layouts, so they are checked against the reference; no row of o past T is written."""
     dt = BF16
     b, h, d, s = 3, 2, 64, 80
     lq, lk = np.array([80, 5, 33]), np.array([64, 80, 7])
     qa, ka, va = _inputs(rng, b, h, h, s, s, d)
     t = int(lq.sum())
-    head_major = lambda buf: DeviceArray(buf.ptr, (b, h, s, d), dt, (s * d, t * d, d, 1), owner=buf)  # noqa: E731
-    q = head_major(to_device(np.ascontiguousarray(R.pack(qa, lq).transpose(1, 0, 2)).astype(dt)))
+    q_buf = to_device(np.ascontiguousarray(R.pack(qa, lq).transpose(1, 0, 2)).astype(dt))
+    q = DeviceArray(q_buf.ptr, (b, h, s, d), dt, (s * d, t * d, d, 1), owner=q_buf)
     k, v = (_thd_view(_to_packed(R.pack(x, lk), dt)[0], b, s) for x in (ka, va))
     offs = {"q": R.offsets(lq, d), "o": R.offsets(lq, d), "k": R.offsets(lk, h * d), "v": R.offsets(lk, h * d)}
     offs_dev = {n: to_device(x.astype(np.int64).reshape(-1, 1, 1, 1)) for n, x in offs.items()}
@@ -621,19 +621,18 @@ def test_packed_head_major_q_and_o_with_offsets_of_their_own(handle, rng):
     o, st = g.sdpa(ts["q"], ts["k"], ts["v"], seq_len_q=sl[0], seq_len_kv=sl[1],
                    **{f"ragged_offset_{n}": x for n, x in ot.items()})
     o.set_output(True), st.set_output(True)
-    assert o.strides == q.strides  # o follows q: head-major
+    assert o.strides == (s * d, b * s * d, d, 1)  # o follows q's order, packed: B * S_max rows a head
     g.build(handle)
-    o_buf = to_device(np.full(h * t * d + 16 * d, np.nan).astype(dt))  # the heads, then 16 spare rows
-    o_arr = head_major(o_buf)
+    o_buf = to_device(np.full((h, b * s, d), np.nan).astype(dt))
+    o_arr = DeviceArray(o_buf.ptr, (b, h, s, d), dt, o.strides, owner=o_buf)
     st_arr = _nan((b, h, s, 1), np.float32)
     pack = {ts["q"]: q, ts["k"]: k, ts["v"]: v, o: o_arr, st: st_arr, sl[0]: _i32(lq), sl[1]: _i32(lk)}
     pack.update({ot[n]: a for n, a in offs_dev.items()})
     g.execute(handle, pack)
     ro, rs = R.forward(_q(qa, dt), _q(ka, dt), _q(va, dt), seq_len_q=lq, seq_len_kv=lk)
     o_all = _host(o_buf)
-    _close(R.unpack(o_all[:h * t * d].reshape(h, t, d).transpose(1, 0, 2), lq, s), ro, "bfloat16",
-           R.valid_rows(b, s, lq))
-    assert np.isnan(o_all[h * t * d:]).all(), "o was written past its last head's last token"
+    _close(R.unpack(o_all[:, :t].transpose(1, 0, 2), lq, s), ro, "bfloat16", R.valid_rows(b, s, lq))
+    assert np.isnan(o_all[:, t:]).all(), "o was written past a head's last token"
     _close(_host(st_arr), rs, "bfloat16", R.valid_rows(b, s, lq))
 
 
