@@ -437,8 +437,8 @@ def test_variant_pack_missing_or_extra_tensors():
         gexec.ordered_pack(plan, {a: 1, b: 2, c: 3, other: 4})
 
 
-def test_raw_execute_is_a_bare_ctypes_function():
-    fn = grunner.raw_execute()
+def test_backend_execute_is_a_bare_ctypes_function():
+    fn = grunner._bare("cudnnBackendExecute")
     assert fn.restype is ctypes.c_int and fn.errcheck is not grunner.status_error
     assert fn(None, None, None) != 0  # a status, not an exception
 
@@ -477,8 +477,8 @@ def test_executor_hot_path_and_validation(monkeypatch):
         calls.append(vp.value)
         return 0
 
-    monkeypatch.setattr(grunner, "_RAW_EXEC", fake_exec)
-    monkeypatch.setattr(grunner, "make_variant_pack",
+    monkeypatch.setitem(grunner._BARE, "cudnnBackendExecute", fake_exec)
+    monkeypatch.setattr(grunner, "VariantPack",
                         lambda uids, ptrs, ws: packs.append((list(uids), ptrs, ws)) or
                         types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(packs))))
     g = Graph()
@@ -599,8 +599,8 @@ def _relu_graph():
 def test_executor_of_a_closed_plan_never_passes_the_freed_plan(monkeypatch):
     from helpers import fake
     seen = []
-    monkeypatch.setattr(grunner, "_RAW_EXEC", lambda h, plan, vp: seen.append(plan.value) or (0 if plan.value else 2000))
-    monkeypatch.setattr(grunner, "make_variant_pack", lambda uids, ptrs, ws: types.SimpleNamespace(
+    monkeypatch.setitem(grunner._BARE, "cudnnBackendExecute", lambda h, plan, vp: seen.append(plan.value) or (0 if plan.value else 2000))
+    monkeypatch.setattr(grunner, "VariantPack", lambda uids, ptrs, ws: types.SimpleNamespace(
         ptr=ctypes.c_void_p(1000)))
     g = _relu_graph()
     d = BackendDescriptor("EXECUTION_PLAN")
@@ -629,7 +629,7 @@ def _closed(kind):
 
 def test_caller_workspaces_are_checked_before_c(monkeypatch):
     from helpers import NoCallHandle, fake
-    monkeypatch.setattr(grunner, "_RAW_EXEC", lambda h, plan, vp: pytest.fail("reached cudnnBackendExecute"))
+    monkeypatch.setitem(grunner._BARE, "cudnnBackendExecute", lambda h, plan, vp: pytest.fail("reached cudnnBackendExecute"))
     g = _relu_graph()
     plan = _fake_plan(g, workspace_size=4096)
     h = types.SimpleNamespace(ptr=capi.cudnnHandle_t(), device=0, stream=None, workspace=None)

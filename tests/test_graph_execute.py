@@ -39,8 +39,8 @@ def test_variant_packs_are_keyed_by_array_signatures(monkeypatch):
     from cudnn_py import capi
     from cudnn_py.graph import Graph
     calls, packs = [], []
-    monkeypatch.setattr(grunner, "_RAW_EXEC", lambda h, plan, vp: calls.append(vp.value) or 0)
-    monkeypatch.setattr(grunner, "make_variant_pack", lambda uids, ptrs, ws: packs.append(ptrs) or
+    monkeypatch.setitem(grunner._BARE, "cudnnBackendExecute", lambda h, plan, vp: calls.append(vp.value) or 0)
+    monkeypatch.setattr(grunner, "VariantPack", lambda uids, ptrs, ws: packs.append(ptrs) or
                         types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(packs))))
     g = Graph()
     x = g.tensor((1, 4, 4), name="x")

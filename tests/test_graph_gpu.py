@@ -117,6 +117,36 @@ def test_conv_bias_relu_fused_nhwc(handle, rng, dtype):
     _close(got, np.maximum(R.conv_fprop(q(xa), q(wa), (1, 1), (1, 1), (1, 1)) + q(ba), 0), dtype)
 
 
+def test_outputs_written_in_place_over_the_inputs_the_graph_allows(handle, rng):
+    """An output bound to an input's own memory, where the input reaches that output alone, element by element: y over
+    z in conv + z + bias -> relu, and y over x in a pointwise chain; against float64 references. Over x of the
+    convolution it is refused before cuDNN runs."""
+    g = G.Graph(io_dtype=np.float32, compute_dtype="float32")
+    x, w = g.tensor((2, 8, 9, 9), name="x"), g.tensor((8, 8, 3, 3), name="w")
+    z, b = g.tensor((2, 8, 9, 9), name="z"), g.tensor((1, 8, 1, 1), name="b")
+    y = g.relu(g.bias(g.add(g.conv_fprop(x, w, padding=1), z), b)).set_output(True).set_name("y")
+    g.build(handle)
+    xa, wa, za, ba = (rng.standard_normal(t.shape) for t in (x, w, z, b))
+    keep: list = []
+    pack = {t: _dev(a, t, keep) for t, a in ((x, xa), (w, wa), (z, za), (b, ba))}
+    g.execute(handle, {**pack, y: pack[z]})
+    q = lambda a: a.astype(np.float32).astype(np.float64)  # noqa: E731
+    _close(_host(pack[z]), np.maximum(R.conv_fprop(q(xa), q(wa), (1, 1), (1, 1), (1, 1)) + q(za) + q(ba), 0),
+           "float32")
+    with pytest.raises(cudnn_py.InvalidValueError, match="output and input y and x share memory"):
+        g.execute(handle, {**pack, y: pack[x]})
+    g2 = G.Graph(io_dtype=np.float32, compute_dtype="float32")
+    x2, c2 = g2.tensor((4, 1000), name="x"), g2.tensor((1, 1000), name="c")
+    y2 = g2.add(g2.scale(g2.relu(x2), 2.0), c2).set_output(True).set_name("y")
+    g2.build(handle)
+    xa, ca = rng.standard_normal(x2.shape), rng.standard_normal(c2.shape)
+    pack = {x2: _dev(xa, x2, keep), c2: _dev(ca, c2, keep)}
+    for _ in range(2):  # y over x twice: the second reads the first's result
+        g2.execute(handle, {**pack, y2: pack[x2]})
+        xa = np.maximum(q(xa), 0) * 2 + q(ca)
+        _close(_host(pack[x2]), xa, "float32")
+
+
 # -- matmul and pointwise --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_matmul_batched_broadcast(handle, rng, dtype):

@@ -34,8 +34,8 @@ def stubbed(monkeypatch):
         packs[vp.ptr.value] = list(ptrs)
         return vp
     monkeypatch.setattr(R, "plan_graph", plan_graph)
-    monkeypatch.setattr(R, "make_variant_pack", pack)
-    monkeypatch.setattr(R, "_RAW_EXEC", lambda h, plan, vp: runs.append(packs[vp.value]) or 0)
+    monkeypatch.setattr(R, "VariantPack", pack)
+    monkeypatch.setitem(R._BARE, "cudnnBackendExecute", lambda h, plan, vp: runs.append(packs[vp.value]) or 0)
     return built, runs
 
 
@@ -74,8 +74,8 @@ def test_run_graph_refusal_answers_false_with_auto(stubbed):
 
 def test_repeatable_runs_the_graph_once_then_its_executions(stubbed, monkeypatch):
     built, runs = stubbed
-    workspaces, pack = [], R.make_variant_pack
-    monkeypatch.setattr(R, "make_variant_pack", lambda uids, ptrs, ws: workspaces.append(ws) or pack(uids, ptrs, ws))
+    workspaces, pack = [], R.VariantPack
+    monkeypatch.setattr(R, "VariantPack", lambda uids, ptrs, ws: workspaces.append(ws) or pack(uids, ptrs, ws))
     h = fake_cudnn_handle()
     x, y = fake_array(SHAPE, np.float16), fake_array(SHAPE, np.float16)
     run = gl.repeatable(lambda: relu(h, x, y))

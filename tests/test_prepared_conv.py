@@ -172,9 +172,9 @@ def runner(monkeypatch):
     """The graph path itself (cudnn_py.graph.conv), its plans, packs and cuDNN's execute stubbed: (packs made, as
     their first three data pointers; graphs planned)."""
     made, planned = [], []
-    monkeypatch.setattr(R, "make_variant_pack", lambda uids, ptrs, ws: made.append(list(ptrs)[:3])
+    monkeypatch.setattr(R, "VariantPack", lambda uids, ptrs, ws: made.append(list(ptrs)[:3])
                         or types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made))))
-    monkeypatch.setattr(R, "_RAW_EXEC", lambda h, plan, vp: 0)
+    monkeypatch.setitem(R._BARE, "cudnnBackendExecute", lambda h, plan, vp: 0)
 
     def plan_graph(g, handle, inputs, outputs, autotune):
         planned.append(g.name)

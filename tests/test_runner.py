@@ -26,9 +26,9 @@ class _Handle:
 def stubbed(monkeypatch):
     """Packs made and executions run, recorded: (made: [(uids, ptrs, ws)], ran: [pack address])."""
     made, ran = [], []
-    monkeypatch.setattr(R, "make_variant_pack", lambda uids, ptrs, ws: made.append((list(uids), list(ptrs), ws))
+    monkeypatch.setattr(R, "VariantPack", lambda uids, ptrs, ws: made.append((list(uids), list(ptrs), ws))
                         or types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made))))
-    monkeypatch.setattr(R, "_RAW_EXEC", lambda h, plan, vp: ran.append(vp.value) or 0)
+    monkeypatch.setitem(R._BARE, "cudnnBackendExecute", lambda h, plan, vp: ran.append(vp.value) or 0)
     return made, ran
 
 
@@ -238,3 +238,62 @@ def test_a_replay_on_another_stream_waits_for_the_constants_upload_until_it_is_d
     for _ in range(3):
         S.sdpa(h, q, q, q, causal=True, alibi=True, o=o)
     assert b.waits == [upload] and upload.queries == 3 and len(ran) == 5 and len(made) == 1
+
+
+def test_outputs_sharing_memory_are_refused_but_in_place_along_pointwise_steps(stubbed):
+    """y = relu(x) * 2 + c: y may be x itself or c itself (each reaches y alone, element by element); not x shifted,
+    and not another view of x's memory. Interleaved views of one buffer share no element: bound as they are."""
+    made, _ = stubbed
+    g, plan = _plan()
+    x, c, y = g["x"], g["c"], g["y"]
+    assert g.in_place_pairs() == {(x.uid, y.uid), (c.uid, y.uid)}
+    r = R.Runner(plan, _Handle(), (x, c, y))
+    a = _a(0x1000)
+    r.checked_pack((a, _a(0x2000), a), None)  # y over x: in place
+    r.checked_pack((_a(0x3000), a, a), None)  # y over c
+    for bad in (_a(0x1000 + 16), _a(0x1000 - 60)):
+        with pytest.raises(InvalidValueError, match="output and input y and x share memory"):
+            r.checked_pack((a, _a(0x2000), bad), None)
+        with pytest.raises(InvalidValueError, match="output and input y and x share memory"):
+            r.variant_pack((a, _a(0x2000), bad), None)
+    assert len(made) == 2
+    g = Graph()  # the same graph over every other float of its buffers
+    x, c = (g.tensor((1, 4, 4), strides=(32, 8, 2), name=n) for n in "xc")
+    y = g.add(g.relu(x), c).set_output(True).set_name("y")
+    r = R.Runner(types.SimpleNamespace(graph=g, descriptor=plan.descriptor, workspace_size=0, tag="fake"), _Handle(),
+                 (x, c, y))
+    half = lambda at: DeviceArray(at, (1, 4, 4), np.float32, (32, 8, 2))  # noqa: E731
+    r.variant_pack((half(0x4000), half(0x4004), half(0x5000)), None)  # x and c interleaved
+    r.checked_pack((half(0x4000), half(0x6000), half(0x4004)), None)  # y and x
+    with pytest.raises(InvalidValueError, match="output and input y and x share memory"):
+        r.checked_pack((half(0x4000), half(0x6000), half(0x4008)), None)  # y's elements are x's, one on
+    assert len(made) == 4
+
+
+def test_in_place_pairs_stop_at_operations_that_read_beyond_an_element():
+    """Through a convolution (x, w), a reduction, or an input that reaches two outputs: no in-place pair; a bias
+    and z added after the convolution, and a batch norm's running statistics: in place."""
+    g = Graph()
+    x, w = g.tensor((1, 4, 8, 8), name="x"), g.tensor((4, 4, 3, 3), name="w")
+    z, b = g.tensor((1, 4, 8, 8), name="z"), g.tensor((1, 4, 1, 1), name="b")
+    y = g.relu(g.add(g.add(g.conv_fprop(x, w, padding=1), z), b)).set_output(True)
+    assert g.in_place_pairs() == {(z.uid, y.uid)}  # b broadcasts: its shape is not y's, so never its view
+    g2 = Graph()
+    x2 = g2.tensor((4, 8, 2, 2), name="x")
+    s, bias, rm, rv = (g2.tensor((1, 8, 1, 1), name=n) for n in ("s", "b", "rm", "rv"))
+    out = g2.batch_norm(x2, s, bias, running_mean=rm, running_var=rv)
+    for t in out:
+        t.set_output(True)
+    assert g2.in_place_pairs() == {(rm.uid, out[3].uid), (rv.uid, out[4].uid)}
+    g3 = Graph()
+    x3 = g3.tensor((2, 4), name="x")
+    y3, y4 = g3.relu(x3).set_output(True).set_name("y"), g3.scale(x3, 2.0).set_output(True).set_name("y2")
+    assert g3.in_place_pairs() == frozenset()
+    plan = types.SimpleNamespace(graph=g3, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False),
+                                 workspace_size=0, tag="fake")
+    r = R.Runner(plan, _Handle(), (x3, y3, y4))
+    for ptrs, why in (((0x1000, 0x1000, 0x2000), "output and input y and x"),
+                      ((0x1000, 0x2000, 0x1000), "output and input y2 and x"),
+                      ((0x1000, 0x2000, 0x2000), "outputs y and y2")):
+        with pytest.raises(InvalidValueError, match=f"graph 'graph': {why} share memory"):
+            r.checked_pack(tuple(_a(p_, (2, 4)) for p_ in ptrs), None)

@@ -457,8 +457,8 @@ def fake_exec(monkeypatch):
         made.append(list(ptrs))
         return types.SimpleNamespace(ptr=ctypes.c_void_p(1000 + len(made)))
     monkeypatch.setattr(A, "plan_graph", plan)
-    monkeypatch.setattr(grunner, "make_variant_pack", pack)
-    monkeypatch.setattr(grunner, "_RAW_EXEC", lambda h, p, vp: packs.append(vp.value) or 0)
+    monkeypatch.setattr(grunner, "VariantPack", pack)
+    monkeypatch.setitem(grunner._BARE, "cudnnBackendExecute", lambda h, p, vp: packs.append(vp.value) or 0)
     addr = iter(range(0x10000000, 0x20000000, 0x100000))
     monkeypatch.setattr(A, "new_output", lambda handle, shape, dtype, strides: DeviceArray(next(addr), shape, dtype,
                                                                                          strides))

@@ -44,7 +44,7 @@ from cudnn_py.core.args import scaling
 from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, Output, layout_key
-from cudnn_py.core.strided import check_layout, extent, shares_elements
+from cudnn_py.core.strided import check_layout, extent, sharing
 
 __all__ = ["prepared", "Prepared", "CACHE", "package", "to_package", "forget"]
 
@@ -154,8 +154,7 @@ class Prepared:
             lines.append(f"    if d{k}.closed:\n        return MISS")
         if n_slots:
             lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
-        if overlaps:  # output o and array i overlap where ilo - ohi < po - pi < ihi - olo, but at the offset a
-            # first call checked element by element (interleaved views of one buffer)
+        if overlaps:  # output o and array i overlap where ilo - ohi < po - pi < ihi - olo (but at a checked d)
             tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" if d is None else
                                 f"({ilo - ohi} < p{o} - p{i} < {ihi - olo} and p{o} - p{i} != {d})"
                                 for o, i, olo, ohi, ilo, ihi, d in overlaps)
@@ -371,23 +370,21 @@ def _refuse_overlap(spec: _Spec, slots: list) -> None:
     given output sharing an element with an input other than as the identical view (and that one too where the
     operation has no in-place form). Interleaved views of one buffer (packed dq, dk, dv) share none."""
     arrays = [(n, _extent(v)) for n, v in ((n, _readable_view(v)) for n, _, v in slots) if v is not None]
-    for k, (on, (po, olo, ohi, osh, ost, odt)) in enumerate(arrays):
-        check_layout(osh, ost, f"{spec.name}: {on}'s")
-        for j, (iname, (pi, ilo, ihi, ish, ist, idt)) in enumerate(arrays):
-            if (on not in spec.outputs or j == k or iname in spec.outputs and j < k or 0 in osh or 0 in ish
-                    or not (po + olo < pi + ihi and pi + ilo < po + ohi)
-                    or not shares_elements((po, osh, ost, odt.itemsize), (pi, ish, ist, idt.itemsize))):
+    for n, (_, _, _, shape, strides, _) in arrays:
+        check_layout(shape, strides, f"{spec.name}: {n}'s")
+    outs = {k for k, (n, _) in enumerate(arrays) if n in spec.outputs}
+    for o, i in sharing([(p, sh, st, dt.itemsize) for _, (p, _, _, sh, st, dt) in arrays], outs):
+        (on, (po, _, _, osh, ost, odt)), (iname, (pi, _, _, ish, ist, idt)) = arrays[o], arrays[i]
+        if i in outs:
+            raise InvalidValueError(f"{spec.name}: outputs {on} and {iname} share memory: pass separate memory")
+        if (po, osh, ost, odt) == (pi, ish, ist, idt):
+            if spec.inplace:
                 continue
-            if iname in spec.outputs:
-                raise InvalidValueError(f"{spec.name}: outputs {on} and {iname} share memory: pass separate memory")
-            if (po, osh, ost, odt) == (pi, ish, ist, idt):
-                if spec.inplace:
-                    continue
-                raise InvalidValueError(f"{spec.name}: {on} is {iname} itself; this operation has no in-place form "
-                                        f"(pass separate memory)")
-            raise InvalidValueError(f"{spec.name}: {on} shares memory with {iname} but is not the same view (shape "
-                                    f"{osh}, strides {ost}, address {po:#x} against {ish}, {ist}, {pi:#x}): pass "
-                                    f"{iname} itself for in place, or separate memory")
+            raise InvalidValueError(f"{spec.name}: {on} is {iname} itself; this operation has no in-place form "
+                                    f"(pass separate memory)")
+        raise InvalidValueError(f"{spec.name}: {on} shares memory with {iname} but is not the same view (shape "
+                                f"{osh}, strides {ost}, address {po:#x} against {ish}, {ist}, {pi:#x}): pass "
+                                f"{iname} itself for in place, or separate memory")
 
 
 def _as_given(result: Any, spec: _Spec, slots: list) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +15,7 @@ from cudnn_py.core.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "check_layout", "memory_order", "preserved_strides",
-           "normalize_shape", "check_extent", "extent", "shares_elements", "array_dtype", "MAX_BYTES"]
+           "normalize_shape", "check_extent", "extent", "sharing", "shares_elements", "array_dtype", "MAX_BYTES"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -98,10 +98,21 @@ def extent(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, int]:
     return lo, hi
 
 
+def sharing(arrays: Sequence[tuple], outputs: Collection[int]) -> Iterator[tuple[int, int]]:
+    """(output, other) of each pair of ``arrays`` (address, shape, element strides, itemsize) that reach a common
+    byte (:func:`shares_elements`): every output (an index into ``arrays``) against every input and later output."""
+    spans = [(p + lo * item, p + (hi + 1) * item) if 0 not in shape else (p, p)
+             for p, shape, strides, item in arrays for lo, hi in [extent(shape, strides)]]
+    for o in sorted(outputs):
+        for i, a in enumerate(arrays):
+            if (i != o and not (i in outputs and i < o) and spans[o][0] < spans[i][1] and spans[i][0] < spans[o][1]
+                    and shares_elements(arrays[o], a)):
+                yield o, i
+
+
 def shares_elements(a: tuple, b: tuple) -> bool:
-    """Whether two strided arrays ``(address, shape, element strides, itemsize)`` reach a common byte (not merely
-    overlapping extents: the interleaved views of one packed buffer share none). NumPy's exact solver answers, on
-    byte views of the two addresses (rebased; never read); a layout too hard to solve counts as sharing."""
+    """Whether two strided arrays ``(address, shape, element strides, itemsize)`` reach a common byte (interleaved
+    views of one buffer reach none): NumPy's exact solver on byte views of the addresses (never read); too hard: yes."""
     base = min(ptr + extent(shape, strides)[0] * item for ptr, shape, strides, item in (a, b)) - 64
     x, y = (np.asarray(SimpleNamespace(__array_interface__={
         "data": (ptr - base, True), "shape": (*shape, item), "strides": (*(s * item for s in strides), 1),

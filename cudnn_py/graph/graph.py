@@ -37,6 +37,9 @@ from .ops import (ConvBuilders, LowerContext, MatmulBuilders, NormBuilders, Op, 
 __all__ = ["Graph", "Tensor"]
 
 _DT = capi.cudnnDataType_t
+#: (operation kind, input role) -> the output role it alone reaches element by element: running statistics
+_ELEMENTWISE = {(kind, f"running_{s}"): f"next_running_{s}" for kind in ("norm_forward", "bn_finalize")
+                for s in ("mean", "var")}
 #: what a dtype argument takes: a cudnnDataType_t, a NumPy dtype or its name ("float16", "bfloat16", ...)
 DataTypeLike = Union[npt.DTypeLike, capi.cudnnDataType_t]
 #: what a ``handle`` argument takes: a Handle, or a raw ``cudnnHandle_t`` its owner manages
@@ -327,6 +330,25 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         """The non-virtual tensors the operations use (what a variant pack must bind)."""
         used = self._used_uids()
         return [t for t in self.tensors if t.uid in used and not t.is_virtual]
+
+    def in_place_pairs(self) -> frozenset[tuple[int, int]]:
+        """(input uid, output uid) of the outputs that may be bound over an input as its identical view: the one output
+        of its shape the input reaches, element by element (pointwise operations, running statistics)."""
+        def reach(t: Tensor) -> set[Tensor] | None:  # the real outputs t reaches element by element (None: not only)
+            got: set[Tensor] = set()
+            for op, role in ((op, r) for op in self.ops for r, i in op.inputs.items() if i is t):
+                step = _ELEMENTWISE.get((op.kind, role))
+                if op.kind != "pointwise" and step is None:
+                    return None
+                for o in op.outputs.values() if step is None else [op.outputs[step]] * (step in op.outputs):
+                    more = reach(o) if o.is_virtual else {o}
+                    if more is None:
+                        return None
+                    got |= more
+            return got
+        produced = {t.uid for op in self.ops for t in op.outputs.values()}
+        pairs = ((x, reach(x)) for x in self.io_tensors() if x.uid not in produced)
+        return frozenset((x.uid, y.uid) for x, got in pairs if got and len(got) == 1 for y in got if y.shape == x.shape)
 
     def validate(self) -> None:
         """Python-side checks before cuDNN sees the graph: at least one op and output; no dangling virtuals; no

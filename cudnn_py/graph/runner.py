@@ -16,16 +16,16 @@ from cudnn_py.clib.status import status_error
 from cudnn_py.core.caches import handle_cache
 from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
 from cudnn_py.core.memory import DeviceArray, Output, array_signature, as_array
+from cudnn_py.core.strided import sharing
 
 from .descriptors import destroy_descriptor
 
-__all__ = ["Runner", "VariantPack", "plan_graph", "autotune_graph", "make_variant_pack", "raw_execute",
-           "tensor_pointer", "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
+__all__ = ["Runner", "VariantPack", "plan_graph", "autotune_graph",
+           "check_signature", "handle_device", "workspace_pointer", "plan_pointer", "plan_bindings",
            "bound_tensors", "scratch_pointers", "new_output", "PLANS", "TUNED"]
 
 #: variant packs a runner keeps (a new set of addresses beyond it starts the cache afresh)
 MAX_PACKS = 256
-_RAW_EXEC = None
 _BARE: dict[str, Any] = {}
 _VARIANT_PACK = int(capi.CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)
 _UIDS, _POINTERS, _WORKSPACE = (int(capi.CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS),
@@ -44,14 +44,6 @@ def _bare(name: str) -> Callable[..., int]:
         fn.restype = ctypes.c_int
         _BARE[name] = fn
     return fn
-
-
-def raw_execute() -> Callable[..., int]:
-    """``cudnnBackendExecute`` as a bare function ``(handle, plan, variant_pack) -> status`` (:func:`_bare`)."""
-    global _RAW_EXEC
-    if _RAW_EXEC is None:
-        _RAW_EXEC = _bare("cudnnBackendExecute")
-    return _RAW_EXEC
 
 
 def _check(status: int, function: str) -> None:
@@ -100,12 +92,6 @@ _PACK_CALLS: tuple = ()
 _COUNTS: dict[int, ctypes.c_int64] = {1: ctypes.c_int64(1)}
 
 
-def make_variant_pack(uids: Sequence[int] | ctypes.Array, pointers: Sequence[int | None],
-                      workspace: int | None) -> VariantPack:
-    """A finalized :class:`VariantPack` (tests stub this)."""
-    return VariantPack(uids, pointers, workspace)
-
-
 def handle_device(handle: Any) -> int | None:
     """The device ordinal of ``handle`` (its ``device``: an int or an object with ``device_id``); None for a raw
     ``cudnnHandle_t``."""
@@ -125,13 +111,6 @@ def check_signature(t: Any, sig: tuple, device: int | None) -> None:
                                 f"pass an array with the graph's layout or build the graph with tensor_like(array)")
     if device is not None and device_id != device:
         raise InvalidValueError(f"tensor {t.name!r}: array is on device {device_id}, the handle on device {device}")
-
-
-def tensor_pointer(t: Any, obj: Any, device: int | None) -> int:
-    """The device pointer of array ``obj`` bound to graph tensor ``t``, after :func:`check_signature`."""
-    sig, ptr = array_signature(obj, t.name)
-    check_signature(t, sig, device)
-    return ptr
 
 
 def workspace_pointer(plan: Any, workspace: Any, device: int | None) -> int:
@@ -218,6 +197,8 @@ class Runner:
         io = bound_tensors(plan, tensors) if tensors else io
         self.plan, self.handle, self.tensors = plan, handle, tuple(io)
         self.names = tuple(t.name for t in io)
+        self.outputs = frozenset(i for i, t in enumerate(io) if any(t in op.outputs.values() for op in plan.graph.ops))
+        self.in_place = plan.graph.in_place_pairs()
         uids = [t.uid for t in io] + [t.uid for t in scalars] + scratch_pointers(plan, 0)[0]
         self.uids = (ctypes.c_int64 * len(uids))(*uids)  # what every pack of this runner sets (built once)
         self.scalar_ptrs = [plan.graph.scalar_pointer(t) for t in scalars]
@@ -233,7 +214,7 @@ class Runner:
             raise InvalidTypeError(f"handle must be a cudnn_py.Handle or a cudnnHandle_t, got {type(handle).__name__}")
         self.plan_ptr, self.workspace_size = plan_pointer(plan), plan.workspace_size
         # in an NVTX range where ranges were on when the runner was made
-        self.launch = nvtx.wrap("cudnnBackendExecute", raw_execute())
+        self.launch = nvtx.wrap("cudnnBackendExecute", _bare("cudnnBackendExecute"))
         ws = getattr(handle, "workspace", None)
         self.ws_get = self._no_workspace if ws is None else ws.get
         self.device = handle_device(handle)
@@ -293,16 +274,28 @@ class Runner:
             key += (wsp,)
         vp = self.packs.get(key)
         if vp is None:
-            for t, (sig, _) in zip(self.tensors, key):
-                check_signature(t, sig, self.device)
+            self.check(key[:len(self.tensors)])
             vp = self.pack(key, [p for _, p in key[:len(self.tensors)]], wsp)
         return vp
+
+    def check(self, bound: Sequence[tuple]) -> None:
+        """Refuse arrays (``(signature, address)`` per bound tensor) that do not fit their tensors, and an output
+        sharing an element with another array but in place where :meth:`~cudnn_py.graph.Graph.in_place_pairs` allows."""
+        for t, (sig, _) in zip(self.tensors, bound):
+            check_signature(t, sig, self.device)
+        for o, i in sharing([(p, sh, st, dt.itemsize) for (sh, st, dt, _), p in bound], self.outputs):
+            ot, it = self.tensors[o], self.tensors[i]
+            if bound[o] != bound[i] or (it.uid, ot.uid) not in self.in_place:
+                why = ("outputs" if i in self.outputs else "output and input") + f" {ot.name} and {it.name}"
+                raise InvalidValueError(f"graph {self.plan.graph.name!r}: {why} share memory (an output may only be "
+                                        f"the identical view of an input that it alone reads, element by element)")
 
     def run(self, arrays: Sequence) -> None:
         """Execute on the call's ``arrays`` (inputs, then outputs; the constants added here), each validated."""
         n = self.n_inputs
-        arrays = [*arrays[:n], *self.consts, *arrays[n:]]
-        self.run_pointers(tuple(tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)))
+        bound = list(map(array_signature, [*arrays[:n], *self.consts, *arrays[n:]], self.names))
+        self.check(bound)
+        self.run_pointers(tuple(p for _, p in bound))
 
     def run_pointers(self, ptrs: tuple) -> None:
         """Execute with these addresses (the constants' included), unvalidated: for a caller whose key fixed every
@@ -330,11 +323,13 @@ class Runner:
 
     def variant_pack(self, arrays: Sequence, wsp: int | None) -> VariantPack:
         """A new, uncached variant pack of ``arrays`` (validated) and ``wsp``, for a holder that keeps it."""
-        return self._new_pack([tensor_pointer(t, a, self.device) for t, a in zip(self.tensors, arrays)], wsp)
+        bound = list(map(array_signature, arrays, self.names))
+        self.check(bound)
+        return self._new_pack([p for _, p in bound], wsp)
 
     def _new_pack(self, ptrs: Sequence[int], wsp: int | None) -> VariantPack:
         """A variant pack of the bound tensors' ``ptrs``, the by-value scalars and the scratch tensors in ``wsp``."""
-        return make_variant_pack(self.uids, [*ptrs, *self.scalar_ptrs, *scratch_pointers(self.plan, wsp)[1]], wsp)
+        return VariantPack(self.uids, [*ptrs, *self.scalar_ptrs, *scratch_pointers(self.plan, wsp)[1]], wsp)
 
     # -- the executor's hot call ------------------------------------------------------------------------------------
     def caller(self, identity_cache: int = 4) -> Callable[..., None]:
