@@ -297,3 +297,18 @@ def test_in_place_pairs_stop_at_operations_that_read_beyond_an_element():
                       ((0x1000, 0x2000, 0x2000), "outputs y and y2")):
         with pytest.raises(InvalidValueError, match=f"graph 'graph': {why} share memory"):
             r.checked_pack(tuple(_a(p_, (2, 4)) for p_ in ptrs), None)
+
+
+def test_tensors_placed_by_ragged_offsets_are_left_out_of_the_memory_check(stubbed):
+    """Their logical (B, ...) layouts span far more than the packed memory the offsets place them in, which only the
+    device holds: a packed output next to a packed input is bound as it is."""
+    made, _ = stubbed
+    g = Graph()
+    x, off = g.tensor((3, 4, 8), name="x"), g.tensor((4, 1, 1), "int64", name="off")
+    y = g.relu(x.set_ragged_offset(off)).set_output(True).set_name("y").set_ragged_offset(off)
+    plan = types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False),
+                                 workspace_size=0, tag="fake")
+    r = R.Runner(plan, _Handle(), (x, off, y))
+    r.checked_pack((_a(0x1000, (3, 4, 8)), DeviceArray(0x9000, (4, 1, 1), np.int64), _a(0x1000 + 40 * 4, (3, 4, 8))),
+                   None)
+    assert len(made) == 1

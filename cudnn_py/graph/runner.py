@@ -283,7 +283,10 @@ class Runner:
         sharing an element with another array but in place where :meth:`~cudnn_py.graph.Graph.in_place_pairs` allows."""
         for t, (sig, _) in zip(self.tensors, bound):
             check_signature(t, sig, self.device)
-        for o, i in sharing([(p, sh, st, dt.itemsize) for (sh, st, dt, _), p in bound], self.outputs):
+        # left out: a tensor placed by ragged offsets (on the device), whose memory is not its logical layout's
+        arrays = [(p, (0,) if t.ragged_offset else sh, st, dt.itemsize)
+                  for t, ((sh, st, dt, _), p) in zip(self.tensors, bound)]
+        for o, i in sharing(arrays, self.outputs):
             ot, it = self.tensors[o], self.tensors[i]
             if bound[o] != bound[i] or (it.uid, ot.uid) not in self.in_place:
                 why = ("outputs" if i in self.outputs else "output and input") + f" {ot.name} and {it.name}"
