@@ -284,7 +284,7 @@ class Runner:
         for t, (sig, _) in zip(self.tensors, bound):
             check_signature(t, sig, self.device)
         # left out: a tensor placed by ragged offsets (on the device), whose memory is not its logical layout's
-        arrays = [(p, (0,) if t.ragged_offset else sh, st, dt.itemsize)
+        arrays = [(p, (0,) if t.ragged_offset is not None else sh, st, dt.itemsize)
                   for t, ((sh, st, dt, _), p) in zip(self.tensors, bound)]
         for o, i in sharing(arrays, self.outputs):
             ot, it = self.tensors[o], self.tensors[i]
