@@ -161,6 +161,30 @@ def test_host_arrays_are_refused_before_c(name):
     assert isinstance(e, TypeError) and ("host memory" in str(e) or "must be" in str(e)), f"{name}: {e}"
 
 
+def _required_arrays(f) -> list[str]:
+    """The parameters of ``f`` without a default whose annotation is an array type that does not admit None."""
+    return [p.name for p in inspect.signature(f).parameters.values() if p.default is p.empty
+            and "DeviceArrayLike" in str(p.annotation) and "None" not in str(p.annotation)]
+
+
+_REQUIRED_ARRAYS = [(n, a) for n, f in sorted(HANDLED.items()) if hasattr(f, "__prepared__")
+                    for a in _required_arrays(f)]
+
+
+@pytest.mark.parametrize("name, array", _REQUIRED_ARRAYS)
+def test_a_required_array_given_none_is_refused_naming_it(name, array):
+    """None for an array parameter its annotation requires is refused before the function runs (the other arguments
+    stand-ins it never reads): sdpa_backward(stats=None) raised a builtin TypeError from the graph builder."""
+    f = HANDLED[name]
+    args, kwargs = _args(f, _open_handle(), lambda n: None if n == array else object())
+    e = _assert_ours(_raised(f, *args, **kwargs), name)
+    assert isinstance(e, TypeError) and f"{array} is a required array, got None" in str(e), f"{name}: {e}"
+
+
+def test_the_required_arrays_are_enumerated():
+    assert len(_REQUIRED_ARRAYS) >= 80 and ("sdpa_backward", "stats") in _REQUIRED_ARRAYS
+
+
 def _second(f) -> str | None:
     params = [p for p in inspect.signature(f).parameters.values() if p.name != "handle"]
     return params[0].name if params and params[0].name in _CONFIGS else None

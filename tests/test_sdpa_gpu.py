@@ -813,6 +813,38 @@ def test_pythonic_fp8_forward_backward(handle, rng, fmt, s):
     assert _plans(handle) == 2
 
 
+def test_fp8_backward_into_interleaved_views_of_one_gradient_buffer(handle, rng):
+    """FP8 dq, dk, dv as the three interleaved views of one NaN-poisoned (B, S, 3, H, D) float8 buffer, taken as the
+    bfloat16 backward takes them, first call and repeat (the prepared call, no new one), against float64."""
+    b, h, s, d = 2, 4, 128, 128
+    r = _fp8_pythonic_case(rng, "e4m3", b, h, h, s, d)
+    dt = r["dt"]
+    q, k, v = to_device(r["q8"]), to_device(r["k8"]), to_device(r["v8"])
+    fwd = S.sdpa_fp8(handle, q, k, v, causal=True, return_stats=True, descale_q=1 / 16, descale_k=1 / 16,
+                     descale_v=1 / 16, descale_s=1 / r["scale_s"], scale_s=r["scale_s"], scale_o=r["scale_o"])
+    o8 = fwd.o.to_numpy()
+    do8, dod = R.quantize(rng.standard_normal(r["ro"].shape), dt, 16.0)
+    rdq, rdk, rdv, rds = R.backward(r["qd"], r["kd"], r["vd"], dod, causal=True, o=o8.astype(np.float64) / r["scale_o"])
+    scale_dp = R.pow2_scale(np.abs(rds / np.sqrt(d)).max(), dt)
+    sc = {n: R.pow2_scale(np.abs(x).max(), dt) for n, x in (("dq", rdq), ("dk", rdk), ("dv", rdv))}
+    st = (s * 3 * h * d, d, 3 * h * d, 1)
+    views = lambda buf: [DeviceArray(buf.ptr + i * h * d, (b, h, s, d), dt, st, owner=buf)  # noqa: E731
+                         for i in range(3)]
+    made = []
+    for _ in range(2):
+        grads = views(_nan((b, s, 3, h, d), dt))
+        g = S.sdpa_fp8_backward(handle, q, k, v, fwd.o, to_device(do8), fwd.stats, causal=True,
+                                **dict(zip(("dq", "dk", "dv"), grads)), descale_q=1 / 16, descale_k=1 / 16,
+                                descale_v=1 / 16, descale_o=1 / r["scale_o"], descale_do=1 / 16,
+                                descale_s=1 / r["scale_s"], descale_dp=1 / scale_dp, scale_s=r["scale_s"],
+                                scale_dq=sc["dq"], scale_dk=sc["dk"], scale_dv=sc["dv"], scale_dp=scale_dp)
+        assert all(x is y for x, y in zip((g.dq, g.dk, g.dv), grads))
+        made.append(handle.cache_info()["prepared"])
+        for n, got, ref in (("dq", g.dq, rdq), ("dk", g.dk, rdk), ("dv", g.dv, rdv)):
+            _fp8_close(got.to_numpy().astype(np.float64) / sc[n], ref, 2 * FP8_TOL["e4m3"], f"interleaved FP8 {n}")
+    assert made[0] == made[1]
+
+
 def test_pythonic_fp8_takes_torch_tensors(handle, rng):
     """torch float8 tensors (read without DLPack) give the same bits as DeviceArrays of the same data."""
     torch = pytest.importorskip("torch")

@@ -249,12 +249,16 @@ class _Spec:
         if missing:
             raise TypeError(f"{self.name} has no parameters {sorted(missing)} (scaling factors and moved outputs are "
                             f"keyword-only)")
-        undeclared = [p.name for p in params if p.name not in self.arrays and _ARRAY_TYPES & set(
-            re.findall(r"\w+", p.annotation if isinstance(p.annotation, str) else repr(p.annotation)))]
+        words = {p.name: set(re.findall(r"\w+", p.annotation if isinstance(p.annotation, str) else
+                                        repr(p.annotation))) for p in params}
+        undeclared = [p.name for p in params if p.name not in self.arrays and _ARRAY_TYPES & words[p.name]]
         if undeclared:
             raise TypeError(f"{self.name} takes arrays {undeclared} that are neither inputs nor outputs: declare them "
                             f"(a call passing an undeclared array to C is never prepared)")
         self.is_array = tuple(n in self.arrays for n in self.positional)
+        #: the arrays whose annotation (an array type, not optional) refuses None
+        self.needed = tuple(p.name for p in params if p.default is p.empty and _ARRAY_TYPES & words[p.name]
+                            and not {"None", "Optional"} & words[p.name])
         self.optional = frozenset(n for n in self.scalars if keyword[n] is None)  # None: the function's own default
         self.inputs = frozenset(inputs)
         self.defaults = {p.name: p.default for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
@@ -271,6 +275,10 @@ class _Spec:
             extra, args = args[npos:], args[:npos]
             given = moved_outputs(self.name, extra, self.moved, tuple(kwargs.get(n) for n in self.moved))
             kwargs.update(zip(self.moved[:len(extra)], given))
+        values = {**dict(zip(self.positional, args)), **kwargs}
+        for n in self.needed:
+            if n in values and values[n] is None:
+                raise InvalidTypeError(f"{self.name}(): {n} is a required array, got None")
         for n in self.scalars:
             if n in kwargs and not (kwargs[n] is None and n in self.optional):
                 kwargs[n], = scaling(**{n: kwargs[n]})
