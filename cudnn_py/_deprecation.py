@@ -40,18 +40,18 @@ def renamed_kwargs(where: str, kwargs: dict[str, Any], renames: dict[str, str], 
     return values
 
 
-def alias(old: str, new: Callable, note: str = "", use: str = "") -> Callable:
+def alias(old: str, new: Callable, use: str = "") -> Callable:
     """A callable named ``old`` that warns once per call site and calls ``new`` (a class or function); the warning
     says to use ``use`` (default: ``new``'s qualified name)."""
     target = use or getattr(new, "__qualname__", repr(new))
 
     @functools.wraps(new)
     def call(*args, **kwargs):
-        warn(f"{old} is deprecated, use {target}{' (' + note + ')' if note else ''}")
+        warn(f"{old} is deprecated, use {target}")
         return new(*args, **kwargs)
 
     call.__name__ = call.__qualname__ = old
-    call.__doc__ = f"Deprecated alias of :class:`{target}`{'; ' + note if note else ''}."
+    call.__doc__ = f"Deprecated alias of :class:`{target}`."
     return call
 
 

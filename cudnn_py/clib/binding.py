@@ -175,11 +175,8 @@ def array(target):
 
 def _handle_of(obj):
     """What ``obj`` stands for as a C handle: its ``_as_parameter_`` or ``ptr`` (None when it has neither)."""
-    for attr in ("_as_parameter_", "ptr"):
-        value = getattr(obj, attr, None)
-        if value is not None:
-            return value
-    return None
+    value = getattr(obj, "_as_parameter_", None)
+    return value if value is not None else getattr(obj, "ptr", None)
 
 
 def _handle(cls, value):

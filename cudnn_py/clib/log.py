@@ -61,9 +61,7 @@ def _deliver(severity: int, udata, debug, message: int) -> None:
 
 def _level_name(value) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
-        if value <= logging.INFO:
-            return "info"
-        return "warning" if value <= logging.WARNING else "error"
+        return "info" if value <= logging.INFO else "warning" if value <= logging.WARNING else "error"
     if isinstance(value, str) and value.strip().lower() in LEVELS:
         return value.strip().lower()
     raise InvalidValueError(f"level must be one of {sorted(LEVELS)} or a logging level (logging.INFO, ...), got "

@@ -18,7 +18,7 @@ from typing import Any
 from cudnn_py.errors import CudaOutOfMemoryError, CudnnPyError, cuda_error_from
 from cudnn_py.core.contexts import device_count, on_device
 
-__all__ = ["GRAIN", "LARGEST", "PER_SIZE", "Block", "keeps", "taker", "empty_cache"]
+__all__ = ["GRAIN", "LARGEST", "PER_SIZE", "Block", "keeps", "taker", "new_buffer", "empty_cache"]
 
 #: sizes are rounded up to a multiple of this many bytes, so that near sizes share blocks
 GRAIN = 512
@@ -90,14 +90,15 @@ def _allocate(dev: Any, stream: Any, size: int, nbytes: int) -> tuple[Any, int]:
     """(a new cuda.core buffer of ``size`` bytes, its address); where the device is full, tried again once the kept
     blocks are freed (errors name ``nbytes``, the array's size)."""
     try:
-        return _buffer(dev, stream, size, nbytes)
+        return new_buffer(dev, stream, size, nbytes)
     except CudaOutOfMemoryError:
         if not empty_cache():
             raise
-    return _buffer(dev, stream, size, nbytes)
+    return new_buffer(dev, stream, size, nbytes)
 
 
-def _buffer(dev: Any, stream: Any, size: int, nbytes: int) -> tuple[Any, int]:
+def new_buffer(dev: Any, stream: Any, size: int, nbytes: int, what: str = "{} bytes") -> tuple[Any, int]:
+    """(a new cuda.core buffer of ``size`` bytes on ``stream``, its address); errors name ``what.format(nbytes)``."""
     try:
         if device_count() == 1:  # no other context to switch to (see on_device)
             buffer = dev.allocate(size, stream=stream)
@@ -107,7 +108,7 @@ def _buffer(dev: Any, stream: Any, size: int, nbytes: int) -> tuple[Any, int]:
     except CudnnPyError:
         raise
     except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
-        raise cuda_error_from(e, "allocate", f"{nbytes} bytes on device {dev.device_id}") from e
+        raise cuda_error_from(e, "allocate", f"{what.format(nbytes)} on device {dev.device_id}") from e
     return buffer, int(buffer.handle)
 
 

@@ -77,17 +77,12 @@ def _capsule_destructor(capsule):
         _err_restore(*_SAVED)
 
 
-def _dl_dtype(dtype: np.dtype) -> tuple[int, int]:
-    code = _DL_CODES.get(dtype.name, _DL_KIND.get(dtype.kind))
-    if code is None:
-        raise BufferError(f"dtype {dtype} cannot be exported through DLPack")
-    return code, dtype.itemsize * 8
-
-
 def capsule(ptr: int, shape: tuple, strides: tuple, dtype: np.dtype,
             device: tuple[int, int], owner: Any) -> Any:
     """A DLPack 0.8 capsule for a strided view of memory at ``ptr``; ``owner`` is kept alive until it is released."""
-    code, bits = _dl_dtype(dtype)
+    code = _DL_CODES.get(dtype.name, _DL_KIND.get(dtype.kind))
+    if code is None:
+        raise BufferError(f"dtype {dtype} cannot be exported through DLPack")
     ndim = len(shape)
     dims = (ctypes.c_int64 * max(2 * ndim, 1))(*shape, *strides)
     managed = _DLManagedTensor()
@@ -95,7 +90,7 @@ def capsule(ptr: int, shape: tuple, strides: tuple, dtype: np.dtype,
     t.data = ptr or None
     t.device = _DLDevice(*device)
     t.ndim = ndim
-    t.dtype = _DLDataType(code, bits, 1)
+    t.dtype = _DLDataType(code, dtype.itemsize * 8, 1)
     t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
     t.strides = ctypes.cast(ctypes.byref(dims, 8 * ndim), ctypes.POINTER(ctypes.c_int64))
     managed.deleter = _dl_deleter

@@ -27,12 +27,7 @@ def learn_torch() -> bool:
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "Tensor") or not hasattr(torch, "dtype"):
         return False
-    table = {}
-    for d in SUPPORTED_DTYPES:
-        t = getattr(torch, d.name, None)
-        if isinstance(t, torch.dtype):
-            table[t] = d
-    TORCH_DTYPES = table
+    TORCH_DTYPES = {t: d for d in SUPPORTED_DTYPES if isinstance(t := getattr(torch, d.name, None), torch.dtype)}
     parameter = getattr(getattr(torch, "nn", None), "Parameter", torch.Tensor)
     TORCH_TYPES = frozenset({torch.Tensor, parameter})  # after the dtypes: a reader that sees these sees both
     return True

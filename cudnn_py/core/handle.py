@@ -99,8 +99,6 @@ class Handle(CObject[capi.cudnnHandle_t]):
         capi.cudnnCreate(ctypes.byref(ptr))
         self._state = [s]  # the stream, which must outlive the handle bound to it
         self._own(ptr, capi.cudnnDestroy, self._state)
-        self._stream: Stream = s
-        self._stream_ptr = 0
         #: the scratch buffer execute calls draw from (see :class:`~cudnn_py.core.workspace.Workspace`)
         self.workspace = Workspace(device=self.device)
         #: what other modules built for this handle, by module (see :func:`handle_cache`); dropped by close()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cudnn_py.errors import CudnnPyError, InvalidTypeError, InvalidValueError, WorkspaceLimitError, cuda_error_from
+from cudnn_py.errors import InvalidTypeError, InvalidValueError, WorkspaceLimitError
+from cudnn_py.core.blocks import new_buffer
 from cudnn_py.core.contexts import on_device
 from cudnn_py.core.streams import StreamLike, as_stream, get_device
 
@@ -95,15 +96,8 @@ class Workspace:
             if self._cap is not None:
                 size = min(size, self._cap)
             self.release()  # ordered on s, the stream now using the buffer
-            dev = get_device(self._device)
-            try:
-                with on_device(dev.device_id):
-                    self._buffer = dev.allocate(size, stream=s)
-            except CudnnPyError:
-                raise
-            except Exception as e:  # noqa: BLE001 - cuda.core's CUDAError: out of memory, mostly
-                raise cuda_error_from(e, "allocate", f"a {size}-byte workspace on device {dev.device_id}") from e
-            self._ptr, self._size = int(self._buffer.handle), size
+            self._buffer, self._ptr = new_buffer(get_device(self._device), s, size, size, "a {}-byte workspace")
+            self._size = size
         return self._ptr
 
     def release(self) -> None:
