@@ -113,6 +113,13 @@ def check_array(obj, name: str, handle, *, dtype=None, shape=None, floating: boo
     return a
 
 
+def instance_of(obj, cls: type, name: str):
+    """``obj``, refused (:class:`InvalidTypeError`) unless it is a ``cls`` (a cudnn_py settings or descriptor class)."""
+    if not isinstance(obj, cls):
+        raise InvalidTypeError(f"{name} must be a cudnn_py.{cls.__name__}, got {type(obj).__name__}")
+    return obj
+
+
 def output(out, name: str, handle, shape, dtype, *, like: DeviceArray | None = None,
            contiguous: bool = False) -> DeviceArray:
     """``out`` checked to be exactly ``shape`` and ``dtype`` (and ``contiguous``), or a new array packed in ``like``'s

@@ -40,7 +40,7 @@ from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.graph.ops.sdpa_options import renamed
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
+from cudnn_py.ops._common import instance_of, launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, check_lengths, choice, device_lengths, dropout_arg, name_of,
@@ -264,15 +264,10 @@ def _host_view(host: np.ndarray, base: int, view) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(host[offset:], view.shape, tuple(s * item for s in view.strides))
 
 
-def _check_attn(attn) -> None:
-    if not isinstance(attn, MultiHeadAttention):
-        raise InvalidTypeError(f"attn must be a cudnn_py.MultiHeadAttention, got {type(attn).__name__}")
-
-
 def load_attention_weights(handle: Handle, attn: MultiHeadAttention, weights: DeviceArrayLike, arrays: dict) -> None:
     """Write host arrays (``{"wq": [heads, q_proj, q_size], ...}``, see the module doc) into the weight space."""
     handle = handle_arg(handle)
-    _check_attn(attn)
+    instance_of(attn, MultiHeadAttention, "attn")
     w = attn._check_weights(handle, weights)
     views = attn.weights(handle, w)
     unknown = set(arrays) - set(views)
@@ -290,7 +285,7 @@ def load_attention_weights(handle: Handle, attn: MultiHeadAttention, weights: De
 def read_attention_weights(handle: Handle, attn: MultiHeadAttention, weights: DeviceArrayLike) -> dict:
     """The weight space as host arrays ``{"wq": ..., "bo": ...}`` (works for weight gradients too)."""
     handle = handle_arg(handle)
-    _check_attn(attn)
+    instance_of(attn, MultiHeadAttention, "attn")
     w = attn._check_weights(handle, weights)
     host = w.to_numpy()
     return {name: _host_view(host, w.ptr, v).copy() for name, v in attn.weights(handle, w).items()}
@@ -321,7 +316,7 @@ def _data(handle: Handle, attn, a, name, B, T, V) -> DeviceArray:
 
 def _shapes(handle: Handle, attn, q, k, v, seq_lengths_q, seq_lengths_kv) -> tuple:
     """``(q, k, v, lengths_q, lengths_kv, (q_desc, k_desc, v_desc, o_desc))``, checked against the descriptor."""
-    _check_attn(attn)
+    instance_of(attn, MultiHeadAttention, "attn")
     q = memory.as_array(q, "q", dtype=attn.dtype, ndim=3, contiguous=True, device=handle.device)
     B, Tq = q.shape[0], q.shape[1]
     if q.shape[2] != attn.q_size:

@@ -99,10 +99,12 @@ def _bn(handle: Handle, x, mode) -> na.NormSetup:
     return na.NormSetup(handle, x, mode, BATCHNORM_MODES, capi.cudnnBatchNormMode_t, "batch-norm mode")
 
 
-def _ex_engine(engine: str) -> str:
-    """'auto' for the ``..._ex`` pair is the legacy call (docs/graph_paths.md)."""
+def _ex_setup(handle: Handle, x, mode, engine: str, ops, activation, z=None, **fused) -> tuple:
+    """(engine, setup, ops member, activation) of an ``..._ex`` call: 'auto' is the legacy call
+    (docs/graph_paths.md)."""
     engine = gl.engine_arg(engine)
-    return "legacy" if engine == "auto" else engine
+    return ("legacy" if engine == "auto" else engine, _bn(handle, x, mode),
+            *na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, z, **fused))
 
 
 @prepared(inputs=("x", "scale", "bias"), outputs=("running_mean", "running_var", "saved_mean", "saved_inv_var", "y"),
@@ -188,8 +190,7 @@ def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = 
                        with_z: bool | None = None) -> NormSizes:
     """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: the ``..._ex`` calls' bytes for x."""
     handle = handle_arg(handle)
-    s = _bn(handle, x, mode)
-    op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, forward=False, check=False)
+    _, s, op, act = _ex_setup(handle, x, mode, "legacy", ops, activation, forward=False, check=False)
     return NormSizes(*_ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z))
 
 
@@ -224,9 +225,7 @@ def batchnorm_forward_training_ex(handle: Handle, x: DeviceArrayLike, scale: Dev
     given; none from the graph engine) goes to :func:`batchnorm_backward_ex`. cuDNN fuses only some layouts and
     types (e.g. NHWC float16, spatial-persistent); elsewhere it raises :class:`~cudnn_py.errors.CudnnNotSupportedError`.
     """
-    engine = _ex_engine(engine)
-    s = _bn(handle, x, mode)
-    op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, z)
+    engine, s, op, act = _ex_setup(handle, x, mode, engine, ops, activation, z)
 
     def c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws):
         launch(handle, capi.cudnnBatchNormalizationForwardTrainingEx, handle.ptr, s.mode, op,
@@ -256,9 +255,7 @@ def batchnorm_backward_ex(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLike
     ``y`` is the forward output (it gates the activation's gradient), ``reserve`` the forward's reserve (the graph
     engine reads none). ``dz`` (ops "bn_add_activation") is returned allocated when not given.
     """
-    engine = _ex_engine(engine)
-    s = _bn(handle, x, mode)
-    op, act = na.fused_ops(ops, activation, BATCHNORM_OPS, capi.cudnnBatchNormOps_t, forward=False)
+    engine, s, op, act = _ex_setup(handle, x, mode, engine, ops, activation, forward=False)
 
     def c_call(b: na.FusedBackward) -> None:
         launch(handle, capi.cudnnBatchNormalizationBackwardEx, handle.ptr, s.mode, op, *b.scalars, s.xdesc, s.x,

@@ -31,7 +31,7 @@ from cudnn_py.graph.runner import new_output
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, array_signature, as_array, empty, zeros
 from cudnn_py.core.strided import c_strides
-from cudnn_py.ops._common import Out, enum_arg, launch, scalars
+from cudnn_py.ops._common import Out, enum_arg, instance_of, launch, scalars
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import Address, WorkspaceArg
 from cudnn_py.ops.activation import activation_of
@@ -40,11 +40,6 @@ from cudnn_py.ops.convolution import Convolution, Geometry, logical, packed_stri
 __all__ = ["convolution_forward", "convolution_backward_data", "convolution_backward_filter",
            "convolution_backward_bias", "convolution_bias_activation_forward", "convolution_algorithms",
            "convolution_workspace_size"]
-
-
-def _device_id(handle: Handle) -> int:
-    d = handle.device
-    return int(getattr(d, "device_id", d))
 
 
 def _limit(handle: Handle, workspace_limit):
@@ -72,7 +67,7 @@ def _choose(handle: Handle, g: Geometry, direction: str, spec, deterministic: bo
     """(algo, math type, workspace bytes) for ``spec``: an algorithm, "heuristic" or "fastest"."""
     return _alg.resolve_algorithm(
         handle, direction, spec, g.descs(direction), g.conv_desc, g.math_type, deterministic=deterministic,
-        limit=limit, cache_key=g.cache_key(direction, _device_id(handle), deterministic, limit),
+        limit=limit, cache_key=g.cache_key(direction, handle.device, deterministic, limit),
         measure=lambda: _measure(handle, g, direction, limit, in_ptrs), problem=g.describe())
 
 
@@ -110,7 +105,7 @@ def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace
         if direction != "forward" and sigs[0][2] == np.int8:
             raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} "
                                    f"needs float16, bfloat16, float32 or float64 data")
-        g = Geometry.of(conv, sigs[0], sigs[1], sigs[2], _device_id(handle))
+        g = Geometry.of(conv, sigs[0], sigs[1], sigs[2], handle.device)
         choice = _choose(handle, g, direction, spec, deterministic, _limit(handle, workspace_limit), in_ptrs)
         p = handle_cache(handle, PLANS)[key] = _Plan(g, direction, choice, spec)
     return p
@@ -184,11 +179,6 @@ def _generation() -> int:
     return _alg.algorithm_cache.generation
 
 
-def _conv_arg(conv) -> None:
-    if not isinstance(conv, Convolution):
-        raise InvalidTypeError(f"conv must be a cudnn_py.Convolution, got {type(conv).__name__}")
-
-
 def _shape_sig(shape, like, what):
     """The signature of a new packed output of ``shape`` with ``like``'s dtype and device."""
     shape = int_tuple(shape, what, minimum=1)
@@ -205,7 +195,7 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
           workspace_limit, autotune, engine):
     """The validated path of a direction; ``a``, ``b``, ``out``: its inputs and output (None: allocated)."""
     where = f"convolution_{direction}"
-    _conv_arg(conv)
+    instance_of(conv, Convolution, "conv")
     names = _ROLES[direction]
     sa, pa = array_signature(a, names[0])
     sb, pb = array_signature(b, names[1])
@@ -343,8 +333,8 @@ def _bias_plan(handle: Handle, ysig, bsig, layout, name):
     if layout not in ("NCHW", "NHWC"):
         raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
     shape, strides, dtype, device = ysig
-    if device != _device_id(handle):
-        raise InvalidValueError(f"the data is on device {device} but the handle is on device {_device_id(handle)}")
+    if device != handle.device:
+        raise InvalidValueError(f"the data is on device {device} but the handle is on device {handle.device}")
     ys, yst = logical(shape, strides, layout)
     if not 3 <= len(ys) <= 5:
         raise InvalidValueError(f"dy/y {tuple(shape)} must have 3, 4 or 5 dimensions")
@@ -390,7 +380,7 @@ def convolution_bias_activation_forward(handle: Handle, conv: Convolution, x: De
         alpha, beta = (1.0 if got["alpha"] is None else got["alpha"]), (0.0 if got["beta"] is None else got["beta"])
     alpha, beta = scaling(alpha=alpha, beta=beta)  # after the old spellings (alpha1=, alpha2=) were read
     act = enum_arg(activation, _ACTIVATIONS, capi.cudnnActivationMode_t, "activation")
-    _conv_arg(conv)
+    instance_of(conv, Convolution, "conv")
     algo, engine = _algo("convolution_bias_activation_forward", algo, autotune), gl.engine_arg(engine)
     if engine == "graph" and (z is not None or beta != 0.0):
         raise InvalidValueError("engine='graph' has no z input: use engine='legacy' for y = act(alpha * conv + "
@@ -425,7 +415,7 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
     p = _ready(handle, "forward", conv, (xs, ws, ys), algo, deterministic, workspace_limit, (x_ptr, w_ptr))
     g = p.g
     if y is None:  # the signature of the y allocated below: bias and z are checked before it is allocated
-        ys = (tuple(g.out_shape), c_strides(tuple(g.out_shape)), np.dtype(g.np_y_dtype), _device_id(handle))
+        ys = (tuple(g.out_shape), c_strides(tuple(g.out_shape)), np.dtype(g.np_y_dtype), handle.device)
     _, b_desc, _ = _bias_plan(handle, ys, bs, conv.layout, "bias")
     if z is not None:
         zs, z_ptr = array_signature(z, "z")
@@ -467,7 +457,7 @@ def _query_geometry(handle: Handle, conv, x, w, y, direction) -> Geometry:
         xs = sig(x, "x", None)
         ws = sig(w, "w", xs)
         ys = None if y is None else sig(y, "y", xs)
-    return Geometry.of(conv, xs, ws, ys, _device_id(handle))
+    return Geometry.of(conv, xs, ws, ys, handle.device)
 
 
 def convolution_algorithms(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,

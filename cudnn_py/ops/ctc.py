@@ -28,7 +28,7 @@ from cudnn_py.core.descriptors import Descriptor, TensorDescriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array, empty, to_device
-from cudnn_py.ops._common import check_array, enum_arg, launch
+from cudnn_py.ops._common import check_array, enum_arg, instance_of, launch
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
 
@@ -83,9 +83,7 @@ _DESCS = shared(CTCLoss._cache_name, maxsize=256)
 def _ctc_desc(normalization, grad_mode, max_label_length, ctc=None) -> CTCLoss:
     """``ctc`` when given (a :class:`CTCLoss`), else the shared :class:`CTCLoss` for these settings."""
     if ctc is not None:
-        if not isinstance(ctc, CTCLoss):
-            raise InvalidTypeError(f"ctc must be a cudnn_py.CTCLoss, got {type(ctc).__name__}")
-        return ctc
+        return instance_of(ctc, CTCLoss, "ctc")
     return CTCLoss.shared(*_settings(normalization, grad_mode, max_label_length))
 
 

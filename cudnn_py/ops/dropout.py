@@ -27,7 +27,7 @@ from cudnn_py.core.descriptors import Descriptor, read_back
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, empty
-from cudnn_py.ops._common import byte_buffer, check_array, host_step, launch, output, tensor_desc
+from cudnn_py.ops._common import byte_buffer, check_array, host_step, instance_of, launch, output, tensor_desc
 from cudnn_py.calls.prepared import prepared
 
 __all__ = ["Dropout", "DropoutOutputs", "dropout_states_size", "dropout_reserve_size", "dropout_forward",
@@ -133,12 +133,6 @@ _RESERVE_HINT = "pass the reserve dropout_forward returned for this tensor (drop
 _ORDERS: dict[tuple[int, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
 
-def _dropout_ptr(d):
-    if isinstance(d, Dropout):
-        return d.ptr
-    raise InvalidTypeError(f"dropout must be a cudnn_py.Dropout, got {type(d).__name__}")
-
-
 def _packed_in(a: DeviceArray | _Layout, order: Sequence[int]) -> bool:
     """Whether ``a`` is packed with its dimensions ``order`` outermost first (size-1 dimensions aside)."""
     expected = 1
@@ -196,7 +190,7 @@ def dropout_forward(handle: Handle, dropout: Dropout, x: DeviceArrayLike, *,
     """``y = x * mask / (1 - p)`` with a fresh mask (``cudnnDropoutForward``); returns :class:`DropoutOutputs` ``(y,
     reserve)``, allocated when not given: ``y`` like x (float16/32/64; x's layout when dense), ``reserve`` the mask
     (uint8, :func:`dropout_reserve_size` bytes)."""
-    _dropout_ptr(dropout)
+    instance_of(dropout, Dropout, "dropout")
     xa = check_array(x, "x", handle)
     _check_dtype(xa.dtype, "x")
     ya = output(y, "y", handle, xa.shape, xa.dtype, like=xa)
@@ -215,7 +209,7 @@ def dropout_backward(handle: Handle, dropout: Dropout, dy: DeviceArrayLike, rese
                      *, dx: DeviceArrayLike | None = None) -> DeviceArray:
     """``dx = dy * mask / (1 - p)`` with the mask the forward stored in ``reserve`` (``cudnnDropoutBackward``);
     ``dx`` is allocated in dy's layout when dy is dense and it is not given."""
-    dp = _dropout_ptr(dropout)
+    dp = instance_of(dropout, Dropout, "dropout").ptr
     dya = check_array(dy, "dy", handle)
     _check_dtype(dya.dtype, "dy")
     dxa = output(dx, "dx", handle, dya.shape, dya.dtype, like=dya)

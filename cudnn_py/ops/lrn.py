@@ -24,10 +24,10 @@ from cudnn_py.core.args import float_arg, int_arg
 from cudnn_py.core.descriptors import Descriptor, Settings, read_back, setting
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, blend, check_array, desc, launch, new_output, output, scalars
+from cudnn_py.ops._common import Out, blend, check_array, desc, instance_of, launch, new_output, output, scalars
 from cudnn_py.clib.recording import WorkspaceArg
 from cudnn_py.calls.prepared import prepared
-from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.errors import InvalidValueError
 
 __all__ = ["LRN", "lrn_forward", "lrn_backward", "divisive_normalization_forward", "divisive_normalization_backward",
            "DivisiveNormalizationGrads"]
@@ -93,8 +93,7 @@ class DivisiveNormalizationGrads(NamedTuple):
 
 def _input(lrn, x, handle: Handle) -> DeviceArray:
     """x checked (4-D or 5-D), after ``lrn``."""
-    if not isinstance(lrn, LRN):
-        raise InvalidTypeError(f"lrn must be a cudnn_py.LRN, got {type(lrn).__name__}")
+    instance_of(lrn, LRN, "lrn")
     xa = check_array(x, "x", handle, floating=True)
     if xa.ndim not in (4, 5):
         raise InvalidValueError(f"LRN and divisive normalisation take 4-D or 5-D tensors (N, C, *spatial); x has "

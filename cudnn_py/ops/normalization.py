@@ -52,12 +52,14 @@ def derive_normalization_shapes(x_shape, dtype=np.float32, mode="per_channel"):
                                        2))
 
 
-def _setup(handle: Handle, x, mode, engine: str, ops) -> tuple[str, na.NormSetup]:
-    """(engine, setup): ``engine='auto'`` runs the legacy call for the fused-activation ops."""
+def _setup(handle: Handle, x, mode, engine: str, ops, activation, algo, z=None, **fused) -> tuple:
+    """(engine, setup, ops member, activation, algo member, the graph path's check of it): ``engine='auto'`` runs the
+    legacy call for the fused-activation ops; ``z``, ``fused``: :func:`~cudnn_py.ops.norm_args.fused_ops`' own."""
     engine = gl.engine_arg(engine)
     if engine == "auto" and not (isinstance(ops, (str, int)) and ops in ("norm", capi.CUDNN_NORM_OPS_NORM)):
         engine = "legacy"
-    return engine, na.NormSetup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
+    s = na.NormSetup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
+    return (engine, s, *na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z, **fused), *_algo(algo))
 
 
 def _algo(algo) -> tuple:
@@ -88,9 +90,7 @@ def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int =
                         with_z: bool | None = None) -> NormSizes:
     """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)`` for x."""
     handle = handle_arg(handle)
-    s = _setup(handle, x, mode, "legacy", ops)[1]
-    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False, check=False)
-    al_ = _algo(algo)[0]
+    _, s, op, act, al_, _ = _setup(handle, x, mode, "legacy", ops, activation, algo, forward=False, check=False)
     return NormSizes(*_sizes(handle, s, op, al_, act, int(op) == 2 if with_z is None else with_z))
 
 
@@ -112,9 +112,7 @@ def normalization_forward_training(handle: Handle, x: DeviceArrayLike, scale: De
     Running statistics (both or neither) are updated in place with ``factor``; saved mean / inverse variance and the
     reserve (none from the graph engine) are returned, allocated when not given, for :func:`normalization_backward`.
     """
-    engine, s = _setup(handle, x, mode, engine, ops)
-    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z)
-    al_, check = _algo(algo)
+    engine, s, op, act, al_, check = _setup(handle, x, mode, engine, ops, activation, algo, z)
 
     def c_call(ya, za, sc, bi, rm, rv, sm, siv, eps, f, rsa, ws):
         launch(handle, capi.cudnnNormalizationForwardTraining, handle.ptr, s.mode, op, al_,
@@ -136,9 +134,7 @@ def normalization_forward_inference(handle: Handle, x: DeviceArrayLike, scale: D
                                     beta: float = 0.0, engine: str = "auto") -> DeviceArray:
     """``y = alpha * act(scale * (x - mean) / sqrt(var + eps) + bias [+ z]) + beta * y``
     (``cudnnNormalizationForwardInference``); returns y (allocated if not given)."""
-    engine, s = _setup(handle, x, mode, engine, ops)
-    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z)
-    al_, check = _algo(algo)
+    engine, s, op, act, al_, check = _setup(handle, x, mode, engine, ops, activation, algo, z)
 
     def c_call(sc, bi, me, va, za, eps, ya):
         launch(handle, capi.cudnnNormalizationForwardInference, handle.ptr, s.mode, op, al_,
@@ -162,9 +158,7 @@ def normalization_backward(handle: Handle, x: DeviceArrayLike, y: DeviceArrayLik
                            beta_param: float = 0.0, engine: str = "auto") -> BatchNormGrads:
     """Gradients of ``y = act(norm(x) [+ z])`` (``cudnnNormalizationBackward``); ``y`` and ``reserve`` from the
     forward (the graph engine reads no reserve); ``dz`` returned for ops "norm_add_activation"."""
-    engine, s = _setup(handle, x, mode, engine, ops)
-    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, forward=False)
-    al_, check = _algo(algo)
+    engine, s, op, act, al_, check = _setup(handle, x, mode, engine, ops, activation, algo, forward=False)
 
     def c_call(b: na.FusedBackward) -> None:
         launch(handle, capi.cudnnNormalizationBackward, handle.ptr, s.mode, op, al_, *b.scalars, s.xdesc, s.x,

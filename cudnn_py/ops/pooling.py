@@ -34,7 +34,7 @@ from cudnn_py.graph.ops.resample import channels_last
 from cudnn_py.core.conv_layout import unit_height
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import Out, blend, check_array, desc, new_output, output
+from cudnn_py.ops._common import Out, blend, check_array, desc, instance_of, new_output, output
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
@@ -163,8 +163,7 @@ class Pooling(Settings):
 
 def _resolve(pool, x_shape) -> tuple[capi.cudnnPoolingDescriptor_t, tuple[int, ...]]:
     """(descriptor handle, output shape) for a :class:`Pooling`."""
-    if not isinstance(pool, Pooling):
-        raise InvalidTypeError(f"pool must be a cudnn_py.Pooling, got {type(pool).__name__}")
+    instance_of(pool, Pooling, "pool")
     y_shape = pool.output_shape(x_shape)  # checked first: 1 to 3 spatial dimensions
     return pool.descriptor(len(x_shape) - 2), y_shape
 

@@ -36,7 +36,7 @@ from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
-from cudnn_py.ops._common import launch, read_tensor_desc, with_tensor_descriptors
+from cudnn_py.ops._common import instance_of, launch, read_tensor_desc, with_tensor_descriptors
 from cudnn_py.ops.dropout import Dropout
 from cudnn_py.ops.sequence_models import (
     MATH_TYPES, WeightedDescriptor, by_value, check_lengths, choice, device_lengths, dropout_arg, name_of,
@@ -317,8 +317,7 @@ class RNNDataDescriptor(Descriptor):
 def rnn_weight_params(handle: Handle, rnn: RNN, weights: DeviceArrayLike, pseudo_layer: int, lin_id: int) -> RNNWeight:
     """Views into ``weights`` of one matrix and its bias (``cudnnGetRNNWeightParams``); None where absent."""
     handle = handle_arg(handle)
-    if not isinstance(rnn, RNN):
-        raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
+    instance_of(rnn, RNN, "rnn")
     w = rnn._check_weights(handle, weights)
     if not 0 <= pseudo_layer < rnn.num_pseudo_layers:
         raise InvalidValueError(f"pseudo_layer must be in [0, {rnn.num_pseudo_layers}), got {pseudo_layer}")
@@ -388,8 +387,7 @@ def _lstm_only(rnn: RNN, what: str, *arrays) -> None:
 
 def _geometry(handle: Handle, rnn: RNN, x: DeviceArrayLike, seq_layout, seq_lengths) -> tuple:
     """``(x, B, lengths, x_desc, y_desc, y_shape)``: ``x`` checked against the layout, lengths and input size."""
-    if not isinstance(rnn, RNN):
-        raise InvalidTypeError(f"rnn must be a cudnn_py.RNN, got {type(rnn).__name__}")
+    instance_of(rnn, RNN, "rnn")
     layout, _ = choice(_LAYOUTS, seq_layout, "seq_layout")
     if layout != "packed" and not rnn.padded_io:
         raise InvalidValueError(f"seq_layout {layout!r} needs an RNN made with padded_io=True; use "
