@@ -61,6 +61,7 @@ def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[]
     the legacy C call, ``graph(auto)`` the graph path (answering False, or raising :class:`GraphPathRefused` /
     :class:`~cudnn_py.graph.GraphNotSupportedError`, where it does not take the call). ``mutated``: the arrays the
     call writes and may read (None: the prepared call's declaration); ``measure`` False: ``static``'s engine."""
+    engine = engine_arg(engine)
     if engine == "legacy":
         legacy()
         return engine
@@ -68,8 +69,6 @@ def dispatch(engine: str, handle: Any, key: Hashable | None, legacy: Callable[[]
         if graph(False) is False:  # nothing ran: never silently
             raise GraphPathRefused("engine='graph' does not take this call (use engine='legacy' or 'auto')")
         return engine
-    if engine != "auto":
-        engine_arg(engine)
     refused = (GraphPathRefused, GraphNotSupportedError)
     if not measure:
         return engine_choice.run_static(static, legacy, lambda: graph(True), refused)

@@ -98,6 +98,8 @@ def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace
     It is made again where "fastest" choices were cleared or reloaded since, or the handle's workspace cap was
     lowered below its workspace (a raised cap keeps the plans made under the lower one)."""
     recording.uses(PLANS)
+    limit = _limit(handle, workspace_limit)  # checked, and the algorithm parsed, before either keys a plan
+    spec = spec if _alg.is_choice(spec) else _alg.parse_algo(direction, spec)
     key = (direction, conv, *sigs, spec, deterministic, workspace_limit)
     p = handle_cache(handle, PLANS).get(key)
     if p is None or (p.gen is not None and p.gen != _alg.algorithm_cache.generation) or (
@@ -106,7 +108,7 @@ def _ready(handle: Handle, direction, conv, sigs, spec, deterministic, workspace
             raise InvalidTypeError(f"int8 convolutions run forward only (cuDNN's INT8 configurations); {direction} "
                                    f"needs float16, bfloat16, float32 or float64 data")
         g = Geometry.of(conv, sigs[0], sigs[1], sigs[2], handle.device)
-        choice = _choose(handle, g, direction, spec, deterministic, _limit(handle, workspace_limit), in_ptrs)
+        choice = _choose(handle, g, direction, spec, deterministic, limit, in_ptrs)
         p = handle_cache(handle, PLANS)[key] = _Plan(g, direction, choice, spec)
     return p
 
@@ -202,6 +204,8 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
     so, po = (None, 0) if out is None else array_signature(out, names[2])
     if direction == "backward_filter" and out is None and shape is None:
         raise InvalidValueError("convolution_backward_filter needs dw (an output array) or w_shape")
+    if shape is not None:
+        shape = int_tuple(shape, "x_shape" if direction == "backward_data" else "w_shape", minimum=1)
     algo, engine = _algo(where, algo, autotune, stacklevel=5), gl.engine_arg(engine)
 
     def legacy():
@@ -217,13 +221,8 @@ def _call(direction: str, handle: Handle, conv: Convolution, a, b, out, shape, a
     ga, gb = (a, b) if direction == "forward" else (b, a)  # the graph path's order: dy first backward
 
     def key() -> tuple:
-        dims: tuple | str | None
-        try:
-            dims = None if shape is None else tuple(int(n) for n in shape)
-        except (TypeError, ValueError):  # no shape: the engines say what is wrong with it
-            dims = repr(shape)
         sigs = (sa, sb) if direction == "forward" else (sb, sa)
-        return (where, "route", conv.key, *map(_sig, (*sigs, so)), dims, algo if isinstance(algo, str) else None,
+        return (where, "route", conv.key, *map(_sig, (*sigs, so)), shape, algo if isinstance(algo, str) else None,
                 beta != 0.0)
     return _dispatch(handle, engine, _takes(algo, deterministic, workspace_limit, conv), key, legacy, direction, conv,
                      ga, gb, out, () if out is None or beta == 0.0 else (as_array(out, names[2]),), algo=algo,
@@ -325,13 +324,13 @@ def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *, db: Out | 
 
 def _bias_plan(handle: Handle, ysig, bsig, layout, name):
     """(y descriptor, bias descriptor, allocated bias shape) for a bias of y's channels, kept in :data:`PLANS`."""
+    if not (isinstance(layout, str) and layout in ("NCHW", "NHWC")):
+        raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
     plans = handle_cache(handle, PLANS)
     key = ("bias", ysig, bsig, layout)
     got = plans.get(key)
     if got is not None:
         return got
-    if layout not in ("NCHW", "NHWC"):
-        raise InvalidValueError(f"layout {layout!r}: expected 'NCHW' or 'NHWC'")
     shape, strides, dtype, device = ysig
     if device != handle.device:
         raise InvalidValueError(f"the data is on device {device} but the handle is on device {handle.device}")

@@ -215,6 +215,7 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
     recording.spoil("ctc_loss checks its labels' values and copies them to the device on every call")
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
+    compute_gradients = bool_arg(compute_gradients, "compute_gradients")
     x = _logits(handle, logits)
     t, n, a = x.shape
     host = check_ctc_labels(labels, label_lengths, input_lengths, t, a, desc.max_label_length)

@@ -14,6 +14,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.core.descriptors import TensorDescriptor
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
+from cudnn_py.core.args import float_arg
 from cudnn_py.core.memory import DeviceArray, c_strides, empty
 from cudnn_py.ops._common import (
     byte_buffer, check_array, desc, enum_arg, new_output, output, read_tensor_desc, scalars, tensor_desc,
@@ -44,10 +45,7 @@ def data_array(obj, name: str, handle, *, like: DeviceArray | None = None) -> De
 
 def check_epsilon(epsilon: float) -> float:
     """``epsilon`` as a finite float of at least ``CUDNN_BN_MIN_EPSILON``."""
-    eps = float(epsilon)
-    if not eps >= capi.CUDNN_BN_MIN_EPSILON or math.isinf(eps):
-        raise InvalidValueError(f"epsilon must be a finite number >= {capi.CUDNN_BN_MIN_EPSILON}, got {epsilon!r}")
-    return eps
+    return float_arg(epsilon, "epsilon", minimum=capi.CUDNN_BN_MIN_EPSILON)
 
 
 def check_pair(a, b, names: str) -> None:
@@ -120,9 +118,7 @@ def training_params(handle, s: NormSetup, scale, bias, running_mean, running_var
                      epsilon, factor):
     """(scale, bias, running mean, running var, saved mean, saved inverse variance, epsilon, factor), checked."""
     check_pair(running_mean, running_var, "running_mean and running_var")
-    f = float(factor)
-    if not 0.0 <= f <= 1.0:
-        raise InvalidValueError(f"exponential average factor must be in [0, 1] (1 on the first call), got {factor!r}")
+    f = float_arg(factor, "factor (the running average's, 1 on the first call)", minimum=0.0, maximum=1.0)
     return (s.param(scale, "scale", handle), s.param(bias, "bias", handle),
             s.opt_param(running_mean, "running_mean", handle), s.opt_param(running_var, "running_var", handle),
             s.opt_param(saved_mean, "saved_mean", handle), s.opt_param(saved_inv_var, "saved_inv_var", handle),

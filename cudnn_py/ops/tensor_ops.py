@@ -26,7 +26,7 @@ from numpy.typing import DTypeLike
 
 from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
-from cudnn_py.core.args import element_value, ints, scaling
+from cudnn_py.core.args import bool_arg, element_value, ints, scaling
 from cudnn_py.core.descriptors import Descriptor, OpTensor, ReduceTensor
 from cudnn_py.core.dtypes import as_numpy_dtype, cudnn_dtype
 from cudnn_py.graph import legacy as gl
@@ -423,6 +423,7 @@ def reduce_tensor(handle: Handle, op: str | int | ReduceTensor, a: DeviceArrayLi
     amax only) also returns, as int32 shaped like c, the position of the chosen element flattened over the reduced
     dimensions (row-major). ``engine``: "legacy", "graph" or "auto".
     """
+    indices = bool_arg(indices, "indices")
     if isinstance(op, ReduceTensor):
         if op.indices_type != capi.CUDNN_32BIT_INDICES:
             raise InvalidValueError(f"reduce_tensor returns int32 indices; this ReduceTensor asks for "
@@ -482,7 +483,7 @@ def _axes(axes, a: DeviceArray) -> set[int]:
     if axes is None:
         return set(range(a.ndim))
     out = set()
-    for i in ((axes,) if isinstance(axes, (int, np.integer)) else tuple(axes)):
+    for i in (tuple(axes) if hasattr(axes, "__iter__") else (axes,)):
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -a.ndim <= i < a.ndim:
             raise InvalidValueError(f"axes {axes!r}: each must be an int in [{-a.ndim}, {a.ndim}) for a of shape "
                                     f"{a.shape}")
