@@ -322,12 +322,12 @@ def test_wrong_arguments_raise_only_our_errors(name, tmp_path, monkeypatch):
     assert not escapes, f"{name}: {len(escapes)} builtin exceptions, the first: " + "\n".join(escapes[:5])
 
 
-#: the prepared functions' arguments where a (2, 4, 8, 8) float32 stand-in array or a default configuration is not a
-#: valid call (stand-in arrays are never read: the handle raises Reached once validation has passed)
+#: the arguments where a (2, 4, 8, 8) float32 stand-in array or a default configuration is not a valid call (stand-in
+#: arrays are never read: the handle raises Reached once validation has passed)
 _VALID = {
     "convolution_forward": {"w": ((4, 4, 3, 3),)}, "convolution_backward_data": {"w": ((4, 4, 3, 3),)},
-    "convolution_backward_filter": {"w_shape": (4, 4, 3, 3), "dy": ((2, 4, 6, 6),)}, "convolution_bias_activation_forward": {
-        "w": ((4, 4, 3, 3),), "bias": ((1, 4, 1, 1),)},
+    "convolution_backward_filter": {"w_shape": (4, 4, 3, 3), "dy": ((2, 4, 6, 6),)},
+    "convolution_bias_activation_forward": {"w": ((4, 4, 3, 3),), "bias": ((1, 4, 1, 1),)},
     "ctc_loss": {"logits": ((5, 2, 4),), "labels": [1, 2, 1], "label_lengths": [2, 1], "input_lengths": [5, 5]},
     "op_tensor": {"b": ((2, 4, 8, 8),)}, "pooling_backward": {"y": ((2, 4, 4, 4),), "dy": ((2, 4, 4, 4),)},
     "spatial_tf_grid_forward": {"theta": ((2, 2, 3),), "out_shape": (2, 4, 8, 8)},
@@ -344,8 +344,11 @@ _VALID = {
        for n in HANDLED if "norm" in n},
 }
 #: functions whose valid stand-in call cannot pass validation on this machine (a Dropout needs a GPU; cuDNN builds
-#: graphs and transform descriptors only with a driver): junk is then refused before or at that point
-_NOT_REACHED = {"dropout_forward", "dropout_backward", "sdpa", "sdpa_backward", "transform_tensor_ex"}
+#: graphs and transform descriptors only with a driver; the RNN and attention calls need their descriptors' arrays
+#: and a training forward's result): junk is then refused before or at that point
+_NOT_REACHED = {"dropout_forward", "dropout_backward", "sdpa", "sdpa_backward", "transform_tensor_ex",
+                "rnn_forward", "rnn_backward_data", "rnn_backward_weights", "attention_forward",
+                "attention_backward_data", "attention_backward_weights"}
 
 
 def _valid_argument(name: str, param: str, arrays: frozenset):
@@ -357,22 +360,25 @@ def _valid_argument(name: str, param: str, arrays: frozenset):
     return fake((2, 4, 8, 8)) if param in arrays else _CONFIGS.get(param, lambda: 1.0)()
 
 
-_PREPARED = {n: f for n, f in HANDLED.items() if hasattr(f, "__prepared__")}
+def _array_parameters(f) -> frozenset:
+    spec = getattr(f, "__prepared__", None)
+    return spec.arrays if spec else frozenset(p.name for p in _parameters(f) if "DeviceArrayLike" in str(p.annotation))
 
 
-@pytest.mark.parametrize("name", sorted(_PREPARED))
+@pytest.mark.parametrize("name", sorted(HANDLED))
 def test_junk_in_one_argument_of_a_valid_call_raises_only_our_errors(name):
-    """Each prepared function on a valid call of stand-in arrays (the handle raises Reached once validation passes),
-    each parameter in turn given each value of :data:`_JUNK` and arrays of another shape and dtype: whatever is
+    """Each function taking a handle on a valid call of stand-in arrays (the handle raises Reached once validation
+    passes), each parameter in turn given each value of :data:`_JUNK` and arrays of another shape and dtype: whatever is
     raised is ours. (:func:`test_wrong_arguments_raise_only_our_errors` fills the others with host arrays, which are
-    refused first: epsilon='x', algo=[1], x_shape=3 and engine=<array> escaped as builtin errors behind them.)"""
-    f, spec = _PREPARED[name], _PREPARED[name].__prepared__
+    refused first: epsilon='x', algo=[1], x_shape=3, engine=<array> and conv=None escaped as builtin errors behind
+    them.)"""
+    f, arrays = HANDLED[name], _array_parameters(HANDLED[name])
     params = _parameters(f)[1:]
 
     def call(param=None, junk=None):
-        args, kwargs = _args(f, StandIn(), lambda n: _valid_argument(name, n, spec.arrays))
+        args, kwargs = _args(f, StandIn(), lambda n: _valid_argument(name, n, arrays))
         optional = {p.name for p in params if p.default is not p.empty}
-        kwargs.update((n, _valid_argument(name, n, spec.arrays)) for n in _VALID.get(name, {}) if n in optional)
+        kwargs.update((n, _valid_argument(name, n, arrays)) for n in _VALID.get(name, {}) if n in optional)
         if param is not None:
             positional = [p.name for p in params if p.default is p.empty and p.kind != p.KEYWORD_ONLY]
             if param in positional:
@@ -380,7 +386,7 @@ def test_junk_in_one_argument_of_a_valid_call_raises_only_our_errors(name):
             else:
                 kwargs[param] = junk
         return _raised(f, *args, **kwargs)
-    assert isinstance(call(), Reached) or name in _NOT_REACHED, f"{name}: the valid call did not pass: {call()}"
+    assert isinstance(call(), (Reached, type(None))) or name in _NOT_REACHED, f"{name}: the valid call failed: {call()}"
     escapes = [f"{p.name}={junk!r:.40}: {type(e).__name__}: {e}" for p in params
                for junk in (*_JUNK, fake((3, 5), np.float16), fake((2, 4, 8, 8), np.int8))
                if not isinstance(e := call(p.name, junk), (CudnnPyError, Reached, type(None)))]

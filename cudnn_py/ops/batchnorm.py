@@ -31,6 +31,7 @@ import numpy as np
 from cudnn_py import capi
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.calls import engine_choice as ec
+from cudnn_py.core.args import bool_arg
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.ops.activation import Activation
@@ -191,7 +192,8 @@ def batchnorm_ex_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int = 
     """:class:`NormSizes` ``(forward_workspace, backward_workspace, reserve)``: the ``..._ex`` calls' bytes for x."""
     handle = handle_arg(handle)
     _, s, op, act = _ex_setup(handle, x, mode, "legacy", ops, activation, forward=False, check=False)
-    return NormSizes(*_ex_sizes(handle, s, op, act, int(op) == 2 if with_z is None else with_z))
+    with_z = int(op) == 2 if with_z is None else bool_arg(with_z, "with_z")
+    return NormSizes(*_ex_sizes(handle, s, op, act, with_z))
 
 
 def _ex_sizes(handle: Handle, s: na.NormSetup, op, act, with_z: bool) -> tuple[int, int, int]:

@@ -441,6 +441,7 @@ def _bias_activation_legacy(handle: Handle, conv: Convolution, sigs, z, y, ys, y
 
 def _query_geometry(handle: Handle, conv, x, w, y, direction) -> Geometry:
     """Geometry for a query: x, w, y are arrays or shapes (an output-only role may be a shape)."""
+    instance_of(conv, Convolution, "conv")
     if not isinstance(direction, str) or direction not in _alg.DIRECTIONS:
         raise InvalidValueError(f"direction {direction!r}: expected one of {_alg.DIRECTIONS}")
 
@@ -470,6 +471,8 @@ def convolution_algorithms(handle: Handle, conv: Convolution, x: DeviceArrayLike
     output and a workspace of at most ``workspace_limit``).
     """
     handle = handle_arg(handle)
+    if not (isinstance(method, str) and method in ("heuristic", "find", "find_ex")):
+        raise InvalidValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
     g = _query_geometry(handle, conv, x, w, y, direction)
     a, b, c = g.descs(direction)
     cd = g.conv_desc(g.math_type)
@@ -477,15 +480,12 @@ def convolution_algorithms(handle: Handle, conv: Convolution, x: DeviceArrayLike
         return _alg.heuristic_algorithms(handle, direction, a, b, cd, c)
     if method == "find":
         return _alg.find_algorithms(handle, direction, a, b, cd, c)
-    if method == "find_ex":
-        ins = {"forward": (x, w), "backward_data": (w, y), "backward_filter": (x, y)}[direction]
-        for name, obj in zip(("first input", "second input"), ins):
-            if obj is None or isinstance(obj, (tuple, list)):
-                raise InvalidValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an "
-                                        f"array")
-        ptrs = tuple(array_signature(o, "input")[1] for o in ins if o is not None)
-        return _measure(handle, g, direction, _limit(handle, workspace_limit), ptrs)
-    raise InvalidValueError(f"method {method!r}: expected 'heuristic', 'find' or 'find_ex'")
+    ins = {"forward": (x, w), "backward_data": (w, y), "backward_filter": (x, y)}[direction]  # method "find_ex"
+    for name, obj in zip(("first input", "second input"), ins):
+        if obj is None or isinstance(obj, (tuple, list)):
+            raise InvalidValueError(f"method='find_ex' runs on device data: the {direction} {name} must be an array")
+    ptrs = tuple(array_signature(o, "input")[1] for o in ins if o is not None)
+    return _measure(handle, g, direction, _limit(handle, workspace_limit), ptrs)
 
 
 def convolution_workspace_size(handle: Handle, conv: Convolution, x: DeviceArrayLike, w: DeviceArrayLike,

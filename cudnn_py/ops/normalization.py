@@ -22,6 +22,7 @@ import ctypes
 import numpy as np
 
 from cudnn_py import capi
+from cudnn_py.core.args import bool_arg
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.handle import Handle, handle_arg
 from cudnn_py.ops.activation import Activation
@@ -91,7 +92,8 @@ def normalization_sizes(handle: Handle, x: DeviceArrayLike, *, mode: str | int =
     """:class:`~cudnn_py.ops.batchnorm.NormSizes` ``(forward_workspace, backward_workspace, reserve)`` for x."""
     handle = handle_arg(handle)
     _, s, op, act, al_, _ = _setup(handle, x, mode, "legacy", ops, activation, algo, forward=False, check=False)
-    return NormSizes(*_sizes(handle, s, op, al_, act, int(op) == 2 if with_z is None else with_z))
+    with_z = int(op) == 2 if with_z is None else bool_arg(with_z, "with_z")
+    return NormSizes(*_sizes(handle, s, op, al_, act, with_z))
 
 
 @prepared(inputs=("x", "scale", "bias", "z"),
