@@ -85,10 +85,7 @@ def as_numpy_dtype(dtype) -> np.dtype:
         dtype = ALIASES.get(dtype.lower(), dtype)
         if _ml is not None and hasattr(_ml, dtype):  # ml_dtypes types are not NumPy names
             dtype = getattr(_ml, dtype)
-    try:
-        return np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise InvalidTypeError(f"{dtype!r} is not a data type (a NumPy or ml_dtypes dtype, or its name)") from None
+    return np.dtype(dtype)
 
 
 def numpy_dtype(cudnn_dt: int) -> np.dtype:

@@ -28,13 +28,13 @@ from cudnn_py import capi
 from cudnn_py._deprecation import renamed_kwargs, warn
 from cudnn_py.core.args import bool_arg, element_value, ints, scaling
 from cudnn_py.core.descriptors import Descriptor, OpTensor, ReduceTensor
-from cudnn_py.core.dtypes import as_numpy_dtype, cudnn_dtype
+from cudnn_py.core.dtypes import cudnn_dtype
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.handle import Handle
 from cudnn_py.core.contexts import on_device
 from cudnn_py.core.conv_layout import packed_strides
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike, as_array, empty, memset, memset_writes
-from cudnn_py.core.strided import memory_order, non_overlapping
+from cudnn_py.core.strided import array_dtype, memory_order, non_overlapping
 from cudnn_py.clib import recording
 from cudnn_py.ops._common import (
     Out, blend, check_array, desc, enum_arg, new_output, host_step, launch, output, read_tensor_desc, scalars,
@@ -268,15 +268,15 @@ def transform_tensor(handle: Handle, x: DeviceArrayLike, *, y: Out | None = None
         layout = renamed_kwargs("transform_tensor", old, {"memory_format": "layout"}, {"layout": layout})["layout"]
         recording.spoil("a deprecated keyword warns on every call")
     xa = check_array(x, "x", handle)
+    want = None if dtype is None else array_dtype(dtype)
     if y is None:
-        out_dtype = xa.dtype if dtype is None else as_numpy_dtype(dtype)
-        cudnn_dtype(out_dtype)
+        out_dtype = xa.dtype if want is None else want
         ya = output(None, "y", handle, xa.shape, out_dtype, like=xa) if layout is None else \
             new_output(handle, xa.shape, out_dtype, _format_strides(xa.shape, layout))
     else:
         ya = check_array(y, "y", handle, shape=xa.shape)
-        if dtype is not None and ya.dtype != as_numpy_dtype(dtype):
-            raise InvalidTypeError(f"y has dtype {ya.dtype} but dtype={as_numpy_dtype(dtype)} was asked for")
+        if want is not None and ya.dtype != want:
+            raise InvalidTypeError(f"y has dtype {ya.dtype} but dtype={want} was asked for")
     inputs = [("x", xa)] + ([("prior", ya)] if beta else [])
     scalar_dtype = np.float64 if np.float64 in (xa.dtype, ya.dtype) else np.float32
     gl.dispatch(engine, handle, None,
@@ -338,7 +338,7 @@ def transform_tensor_ex(handle: Handle, x: DeviceArrayLike, *, layout: str | Non
     after = ints(pad_after, nd, "pad_after", 0)
     folds = ints(fold, nd, "fold", 1)
     dirv = enum_arg(direction, _DIRECTIONS, capi.cudnnFoldingDirection_t, "direction")
-    out_dtype = as_numpy_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
+    out_dtype = array_dtype(dtype) if dtype is not None else (xa.dtype if y is None else as_array(y, "y").dtype)
     tdesc = TensorTransformDescriptor.shared(nd, fmt, before, after, folds, dirv)
     probe = tensor_desc(xa.shape, out_dtype, xa.strides)  # x's with the destination dtype, for InitTransformDest
 
