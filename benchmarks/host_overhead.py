@@ -6,7 +6,8 @@ allocated, beside the bare C call of the route the call takes and torch's closes
 
 Tiny float16 tensors (1x8x8x8 unless a row says otherwise), so every call is host-bound: the time per call of a
 Python loop (median of ``--rounds`` rounds of ``--calls`` calls, after a warm-up, the stream synchronised after each
-round) is the host's. All columns of a row are measured in the same process, interleaved round by round. "bare C"
+round) is the host's. Each call is made as a caller's code makes it, its arguments in local variables
+(:func:`site`). All columns of a row are measured in the same process, interleaved round by round. "bare C"
 is the route's own work with everything prepared: the legacy C call with its descriptors and scaling factors, or
 ``cudnnBackendExecute`` with a cached variant pack, taken from the call's prepared call
 (:mod:`cudnn_py.calls.prepared`). "added" is the package's time above it: the worse of DeviceArrays and torch tensors,
@@ -73,59 +74,70 @@ class Arrays:
         return torch.empty(n, dtype=torch.uint8, device="cuda") if self.kind == "torch" else cudnn.empty(n, np.uint8)
 
 
+def site(fn: Callable, *args, **kwargs) -> Callable[[], object]:
+    """``fn(*args, **kwargs)`` as a caller's code makes it, each argument a local variable: a function of no
+    arguments (so a column times the call, not the reading and merging of its arguments)."""
+    names = [f"a{i}" for i in range(len(args))]
+    call = ", ".join([*names, *(f"{k}={k}" for k in kwargs)])
+    params = ", ".join(f"{n}={n}" for n in ["fn", *names, *kwargs])  # defaults: read as fast locals
+    return eval(f"lambda {params}: fn({call})", {}, {"fn": fn, **dict(zip(names, args)), **kwargs})
+
+
 def _rows(h):
-    """name -> (cudnn call (arrays, given output or None), the output to give (arrays), torch's op (torch arrays))."""
+    """name -> (cudnn call site (arrays, given output or None: :func:`site`), the output to give (arrays), torch's op
+    (torch arrays))."""
     pool = cudnn.Pooling("max", 2, stride=2)
     lrn = cudnn.LRN(5)
     conv = cudnn.Convolution(padding=1)
     drop = cudnn.Dropout(h, 0.5)
     r = {
-        "activation_forward relu": (lambda a, o: cudnn.activation_forward(h, "relu", a.x, y=o), lambda a: a.like(a.x),
-                                    lambda t: torch.relu(t.x)),
-        "activation_backward relu": (lambda a, o: cudnn.activation_backward(h, "relu", a.x, a.y, a.dy, dx=o),
+        "activation_forward relu": (lambda a, o: site(cudnn.activation_forward, h, "relu", a.x, y=o),
+                                    lambda a: a.like(a.x), lambda t: torch.relu(t.x)),
+        "activation_backward relu": (lambda a, o: site(cudnn.activation_backward, h, "relu", a.x, a.y, a.dy, dx=o),
                                      lambda a: a.like(a.x), lambda t: torch.ops.aten.threshold_backward(t.dy, t.x, 0)),
-        "softmax_forward": (lambda a, o: cudnn.softmax_forward(h, a.x, y=o), lambda a: a.like(a.x),
+        "softmax_forward": (lambda a, o: site(cudnn.softmax_forward, h, a.x, y=o), lambda a: a.like(a.x),
                             lambda t: torch.softmax(t.x, 1)),
-        "softmax_backward": (lambda a, o: cudnn.softmax_backward(h, a.y, a.dy, dx=o), lambda a: a.like(a.x),
+        "softmax_backward": (lambda a, o: site(cudnn.softmax_backward, h, a.y, a.dy, dx=o), lambda a: a.like(a.x),
                              lambda t: torch.ops.aten._softmax_backward_data(t.dy, t.y, 1, t.y.dtype)),
-        "pooling_forward max 2x2": (lambda a, o: cudnn.pooling_forward(h, pool, a.x, y=o), lambda a: a.like(a.py),
+        "pooling_forward max 2x2": (lambda a, o: site(cudnn.pooling_forward, h, pool, a.x, y=o), lambda a: a.like(a.py),
                                     lambda t: F.max_pool2d(t.x, 2)),
-        "pooling_backward max 2x2": (lambda a, o: cudnn.pooling_backward(h, pool, a.x, a.py, a.pdy, dx=o),
+        "pooling_backward max 2x2": (lambda a, o: site(cudnn.pooling_backward, h, pool, a.x, a.py, a.pdy, dx=o),
                                      lambda a: a.like(a.x), None),
-        "add_tensor bias": (lambda a, o: cudnn.add_tensor(h, a.bias, a.y, beta=1.0), None,
+        "add_tensor bias": (lambda a, o: site(cudnn.add_tensor, h, a.bias, a.y, beta=1.0), None,
                             lambda t: t.y.add_(t.bias)),
-        "op_tensor add": (lambda a, o: cudnn.op_tensor(h, "add", a.x, a.dy, c=o), lambda a: a.like(a.x),
+        "op_tensor add": (lambda a, o: site(cudnn.op_tensor, h, "add", a.x, a.dy, c=o), lambda a: a.like(a.x),
                           lambda t: torch.add(t.x, t.dy)),
-        "scale_tensor": (lambda a, o: cudnn.scale_tensor(h, a.y, alpha=1.0), None, lambda t: t.y.mul_(1.0)),
-        "transform_tensor": (lambda a, o: cudnn.transform_tensor(h, a.x, y=o), lambda a: a.like(a.x),
+        "scale_tensor": (lambda a, o: site(cudnn.scale_tensor, h, a.y, alpha=1.0), None, lambda t: t.y.mul_(1.0)),
+        "transform_tensor": (lambda a, o: site(cudnn.transform_tensor, h, a.x, y=o), lambda a: a.like(a.x),
                              lambda t: t.y.copy_(t.x)),
-        "lrn_forward": (lambda a, o: cudnn.lrn_forward(h, lrn, a.x, y=o), lambda a: a.like(a.x),
+        "lrn_forward": (lambda a, o: site(cudnn.lrn_forward, h, lrn, a.x, y=o), lambda a: a.like(a.x),
                         lambda t: F.local_response_norm(t.x, 5)),
-        "lrn_backward": (lambda a, o: cudnn.lrn_backward(h, lrn, a.x, a.y, a.dy, dx=o), lambda a: a.like(a.x), None),
-        "reduce_tensor sum": (lambda a, o: cudnn.reduce_tensor(h, "add", a.x, c=o,
-                                                               axes=(2, 3) if o is None else None),
+        "lrn_backward": (lambda a, o: site(cudnn.lrn_backward, h, lrn, a.x, a.y, a.dy, dx=o), lambda a: a.like(a.x),
+                         None),
+        "reduce_tensor sum": (lambda a, o: site(cudnn.reduce_tensor, h, "add", a.x, c=o,
+                                                axes=(2, 3) if o is None else None),
                               lambda a: a.like(a.bias), lambda t: torch.sum(t.x, (2, 3), keepdim=True)),
         "batchnorm_forward_inference": (
-            lambda a, o: cudnn.batchnorm_forward_inference(h, a.x, a.scale, a.shift, a.mean, a.var, y=o),
+            lambda a, o: site(cudnn.batchnorm_forward_inference, h, a.x, a.scale, a.shift, a.mean, a.var, y=o),
             lambda a: a.like(a.x), lambda t: F.batch_norm(t.x, t.mean, t.var, t.scale.view(-1), t.shift.view(-1))),
         "batchnorm_forward_training": (
-            lambda a, o: cudnn.batchnorm_forward_training(h, a.x, a.scale, a.shift, running_mean=a.mean,
-                                                          running_var=a.var, factor=0.1, **(o or {})),
+            lambda a, o: site(cudnn.batchnorm_forward_training, h, a.x, a.scale, a.shift, running_mean=a.mean,
+                              running_var=a.var, factor=0.1, **(o or {})),
             lambda a: dict(y=a.like(a.x), saved_mean=a.like(a.mean), saved_inv_var=a.like(a.mean)),
             lambda t: F.batch_norm(t.x, t.mean.view(-1), t.var.view(-1), t.scale.view(-1), t.shift.view(-1),
                                    training=True)),
-        "dropout_forward": (lambda a, o: cudnn.dropout_forward(h, drop, a.x, **(o or {})),
+        "dropout_forward": (lambda a, o: site(cudnn.dropout_forward, h, drop, a.x, **(o or {})),
                             lambda a: dict(y=a.like(a.x), reserve=a.bytes(RESERVE)),
                             lambda t: F.dropout(t.x, 0.5)),
-        "set_tensor": (lambda a, o: cudnn.set_tensor(h, a.y, 0.5), None, lambda t: t.y.fill_(0.5)),
-        "transform_tensor_ex NHWC": (lambda a, o: cudnn.transform_tensor_ex(h, a.x, layout="NHWC", y=o),
+        "set_tensor": (lambda a, o: site(cudnn.set_tensor, h, a.y, 0.5), None, lambda t: t.y.fill_(0.5)),
+        "transform_tensor_ex NHWC": (lambda a, o: site(cudnn.transform_tensor_ex, h, a.x, layout="NHWC", y=o),
                                      lambda a: a.like_nhwc(a.x),
                                      lambda t: t.x.contiguous(memory_format=torch.channels_last)),
-        "divisive_normalization_forward": (lambda a, o: cudnn.divisive_normalization_forward(h, lrn, a.x, y=o),
+        "divisive_normalization_forward": (lambda a, o: site(cudnn.divisive_normalization_forward, h, lrn, a.x, y=o),
                                            lambda a: a.like(a.x), None),
-        "convolution_forward 3x3": (lambda a, o: cudnn.convolution_forward(h, conv, a.x, a.w, y=o),
+        "convolution_forward 3x3": (lambda a, o: site(cudnn.convolution_forward, h, conv, a.x, a.w, y=o),
                                     lambda a: a.like(a.x), lambda t: F.conv2d(t.x, t.w, padding=1)),
-        "sdpa": (lambda a, o: cudnn.sdpa(h, a.q, a.q, a.q, o=o), lambda a: a.like(a.q),
+        "sdpa": (lambda a, o: site(cudnn.sdpa, h, a.q, a.q, a.q, o=o), lambda a: a.like(a.q),
                  lambda t: F.scaled_dot_product_attention(t.q, t.q, t.q)),
     }
     return r
@@ -203,8 +215,8 @@ def main(argv=None) -> None:
         for kind, a in kinds.items():
             if given is not None:
                 o = given(a)
-                fns[f"{kind} given"] = lambda call=call, a=a, o=o: call(a, o)
-            fns[f"{kind} new" if given is not None else f"{kind} given"] = lambda call=call, a=a: call(a, None)
+                fns[f"{kind} given"] = call(a, o)
+            fns[f"{kind} new" if given is not None else f"{kind} given"] = call(a, None)
         try:
             for fn in fns.values():
                 fn()

@@ -9,11 +9,14 @@ its prepared call (:mod:`cudnn_py.calls.prepared`): its key, arguments and addre
 
 * ``package``: the public call; ``bare C``: the recorded steps alone (the legacy C call with its descriptors and
   scaling factors, or ``cudnnBackendExecute`` with a variant pack made once), at the call's addresses;
-* ``wrapper``: ``package`` less the replay: reading the arguments into the key, hashing it and the cache lookup
-  (``lookup``: the hash and lookup of the caught key alone);
-* ``replay``: the prepared call's generated function: ``alloc`` (each allocation of new outputs and its free, ``n``
-  of them), ``bare C``, and ``rest`` (overlap checks, workspace fetch, the graph route's variant-pack lookup, the
-  result put together).
+* ``wrapper``: ``package`` less the prepared call's ``fast``: the handle's checks and the lookup of the function's
+  last prepared call (a repeat call of one signature finds it there, and builds no key);
+* ``guard``: ``fast`` less ``replay``: reading the arguments and comparing them with the prepared call's signature;
+* ``replay``: the prepared call's generated work: ``alloc`` (each allocation of new outputs and its free, ``n`` of
+  them), ``bare C``, and ``rest`` (overlap checks, workspace fetch, the graph route's variant-pack lookup, the result
+  put together);
+* ``key``: what a call of another signature than the function's last pays instead of ``guard``: the arguments read
+  into the key, hashed and looked up.
 
 Last, per array: what reading its key parts and making one new output cost (DeviceArray, torch tensor).
 
@@ -45,6 +48,8 @@ X, W, Q, P = (1, 8, 8, 8), (8, 8, 3, 3), (1, 2, 64, 64), (1, 8, 1, 1)
 class Caught:
     """Stands in for one prepared call in the handle's cache and catches the next replay's arguments."""
 
+    fast = None  # what the cache's front keeps of it
+
     def __init__(self, p: prep.Prepared):
         self.p, self.got = p, None
 
@@ -55,16 +60,18 @@ class Caught:
 
 def catch(h, call: Callable[[], object]) -> tuple:
     """(key, prepared call, (handle, args, kwargs, ptrs)) of ``call``'s replay (it has run once before)."""
-    cache = h.cache.get(prep.CACHE, {})
+    cache = h.cache[prep.CACHE]
     before = dict(cache)
     for key, p in before.items():
         cache[key] = Caught(p)
+    cache.front.clear()  # so that the call builds its key
     try:
         call()
     finally:
         hit = [(key, c) for key, c in cache.items() if isinstance(c, Caught) and c.got is not None]
         for key, p in before.items():
             cache[key] = p
+        cache.front.clear()
     if len(hit) != 1:
         raise LookupError(f"its repeat call replayed {len(hit)} prepared calls (validated every time?)")
     key, c = hit[0]
@@ -87,31 +94,43 @@ def profile(h, call: Callable[[], object], calls: int, rounds: int, sync) -> dic
     call()
     call()
     key, p, (hh, args, kwargs, ptrs) = catch(h, call)
-    cache, keep = h.cache[prep.CACHE], []
+    keep: list = []
     made = [*getattr(p, "bases", ()), *(new for new in p.news if type(new) is not tuple)]  # the allocations
     allocs = {f"alloc{i}": (lambda new=new: new(hh)) for i, new in enumerate(made)}
-    us = host_overhead.per_call({"package": call, "replay": lambda: p.run(hh, args, kwargs, ptrs), "lookup": lambda: cache.get(key),
-                   "bare": bare_steps(hh, p, ptrs, keep), **allocs}, calls, rounds, sync)
+    us = host_overhead.per_call({"package": call, "fast": lambda: p.fast(hh, args, kwargs),
+                                 "replay": lambda: p.run(hh, args, kwargs, ptrs), "key": keyed(h, key, call),
+                                 "bare": bare_steps(hh, p, ptrs, keep), **allocs}, calls, rounds, sync)
     alloc = sum(us.pop(k) for k in allocs)
-    return {**us, "alloc": alloc, "n": len(made), "wrapper": us["package"] - us["replay"],
-            "rest": us["replay"] - alloc - us["bare"], "added": us["package"] - us["bare"]}
+    wrapper = us["package"] - us["fast"]
+    return {**us, "alloc": alloc, "n": len(made), "wrapper": wrapper, "guard": us["fast"] - us["replay"],
+            "rest": us["replay"] - alloc - us["bare"], "key": us["key"] - wrapper - us["replay"],
+            "added": us["package"] - us["bare"]}
+
+
+def keyed(h, key: tuple, call: Callable[[], object]) -> Callable[[], object]:
+    """``call`` made as a call of another signature than its function's last: the cache's front emptied first (its
+    cost counted in)."""
+    front = h.cache[prep.CACHE].front
+    return lambda: (front.clear(), call())
 
 
 def rows(h, **opts) -> dict[str, tuple[Callable, Callable | None]]:
-    """name -> (call(arrays, given output or None), the output to give (arrays) or None); ``opts``: more options of
-    relu and batch norm (the stand-ins' engine)."""
+    """name -> (call site (arrays, given output or None: :func:`host_overhead.site`), the output to give (arrays) or
+    None); ``opts``: more options of relu and batch norm (the stand-ins' engine)."""
     conv = cudnn.Convolution(padding=1)
     bn = dict(factor=0.1, **opts)
+    site = host_overhead.site
     return {
-        "relu": (lambda a, o: cudnn.activation_forward(h, "relu", a["x"], y=o, **opts), lambda a: a.like("x")),
-        "conv 3x3": (lambda a, o: cudnn.convolution_forward(h, conv, a["x"], a["w"], y=o), lambda a: a.like("x")),
-        "sdpa": (lambda a, o: cudnn.sdpa(h, a["q"], a["q"], a["q"], o=o), lambda a: a.like("q")),
-        "batchnorm training": (lambda a, o: cudnn.batchnorm_forward_training(
-            h, a["x"], a["scale"], a["bias"], running_mean=a["rm"], running_var=a["rv"], y=o, **bn),
-            lambda a: a.like("x")),
-        "batchnorm training saved given": (lambda a, o: cudnn.batchnorm_forward_training(
-            h, a["x"], a["scale"], a["bias"], running_mean=a["rm"], running_var=a["rv"], saved_mean=a["sm"],
-            saved_inv_var=a["siv"], y=o, **bn), lambda a: a.like("x")),
+        "relu": (lambda a, o: site(cudnn.activation_forward, h, "relu", a["x"], y=o, **opts), lambda a: a.like("x")),
+        "conv 3x3": (lambda a, o: site(cudnn.convolution_forward, h, conv, a["x"], a["w"], y=o),
+                     lambda a: a.like("x")),
+        "sdpa": (lambda a, o: site(cudnn.sdpa, h, a["q"], a["q"], a["q"], o=o), lambda a: a.like("q")),
+        "batchnorm training": (lambda a, o: site(
+            cudnn.batchnorm_forward_training, h, a["x"], a["scale"], a["bias"], running_mean=a["rm"],
+            running_var=a["rv"], y=o, **bn), lambda a: a.like("x")),
+        "batchnorm training saved given": (lambda a, o: site(
+            cudnn.batchnorm_forward_training, h, a["x"], a["scale"], a["bias"], running_mean=a["rm"],
+            running_var=a["rv"], saved_mean=a["sm"], saved_inv_var=a["siv"], y=o, **bn), lambda a: a.like("x")),
     }
 
 
@@ -133,13 +152,13 @@ class Arrays(dict):
 
 
 def table(h, kinds: dict[str, Arrays], names: dict, calls: int, rounds: int, sync) -> list[str]:
-    cols = ("bare", "package", "added", "wrapper", "lookup", "replay", "alloc", "rest")
+    cols = ("bare", "package", "added", "wrapper", "guard", "replay", "alloc", "rest", "key")
     lines = [f"{'operation':31s} {'path':10s} " + " ".join(f"{c:>7s}" for c in cols) + "  n"]
     for name, (call, given) in names.items():
         for kind, a in kinds.items():
             for how, o in (("given", given(a) if given else None), ("new", None)):
                 try:
-                    us = profile(h, lambda call=call, a=a, o=o: call(a, o), calls, rounds, sync)
+                    us = profile(h, call(a, o), calls, rounds, sync)
                 except (cudnn.CudnnPyError, LookupError) as e:  # refused here, or not prepared: said, the table goes on
                     lines.append(f"{name:31s} {kind + ' ' + how:10s} refused: {type(e).__name__}: {str(e)[:60]}")
                     continue
@@ -247,7 +266,8 @@ def main(argv=None) -> None:
     names = {k: v for k, v in rows(h).items() if not args.only or args.only in k}
     lines = table(h, kinds, names, args.calls, args.rounds, sync)
     print(f"host time per call, us (median of {args.rounds} rounds of {args.calls}); added = package - bare; "
-          f"wrapper = package - replay (key, lookup); replay = alloc (n new outputs) + bare + rest")
+          f"package = wrapper + guard + replay; replay = alloc (n new outputs) + bare + rest; key: a call of "
+          f"another signature's instead of guard")
     print("\n".join(lines))
     print(floors(h, kinds, args.calls, args.rounds, sync))
 

@@ -24,6 +24,18 @@ def test_cache_is_bounded_and_drops_the_oldest():
     assert len(c) == 0 and "t" in repr(c)
 
 
+@pytest.mark.parametrize("leave", ["pop", "del", "clear", "evict"])
+def test_an_entry_leaving_empties_the_front(leave):
+    c = caches.Cache("t", maxsize=2)
+    c.update({1: "a", 2: "b"})
+    c.front["last"] = "a"
+    c[2] = "c"  # replacing or adding leaves the shortcuts
+    assert c.front == {"last": "a"}
+    {"pop": lambda: c.pop(1), "del": lambda: c.__delitem__(1), "clear": c.clear,
+     "evict": lambda: c.update({3: "d"})}[leave]()
+    assert c.front == {}
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
 def test_cache_refuses_a_bad_bound(bad):
     with pytest.raises(InvalidValueError, match="maxsize"):

@@ -81,6 +81,37 @@ def test_anything_but_the_addresses_changing_builds_again(change):
     assert len(body) == 2
 
 
+def test_the_last_prepared_call_runs_first_and_the_others_still_replay():
+    """The handle's cache keeps, per function, the prepared call it ran last (its ``front``), whose guard runs before
+    any key is built: calls alternating between two signatures replay both; an entry leaving the cache empties it."""
+    op, fn, body = make_op()
+    h = fake_handle()
+    for _ in range(3):
+        op(h, arr((2, 4)), y=arr((2, 4)))
+        op(h, arr((4, 2)), y=arr((4, 2)), alpha=2.0)
+    assert len(body) == 2 and len(fn.calls) == 6 and [c[1] for c in fn.calls] == [1.0, 2.0] * 3
+    cache = h.cache[P.CACHE]
+    assert list(cache.front.values()) == [list(cache.values())[1].fast]  # the (4, 2) call's
+    cache.pop(next(iter(cache)))
+    assert not cache.front
+    op(h, arr((4, 2)), y=arr((4, 2)), alpha=2.0)
+    assert len(body) == 2 and len(cache.front) == 1
+
+
+def test_a_changed_epoch_misses_the_last_prepared_call():
+    fn, body, era = CFn(), [], [0]
+
+    @P.prepared(inputs=("x",), outputs=("y",), epoch=lambda: era[0])
+    def op(handle, x, *, y=None):
+        body.append(x)
+        _common.launch(handle, fn, handle.ptr, x, y)
+        return y
+    h = fake_handle()
+    for era[0] in (0, 0, 1, 1, 0):
+        op(h, arr(), y=arr())
+    assert len(body) == 2 and len(fn.calls) == 5
+
+
 def test_arrays_passed_by_keyword_key_and_replay_as_positional_ones():
     """The generated wrapper reads each count of positional arguments: an input passed by keyword keys a prepared
     call of its own that replays; a keyword output's address alignment is keyed as a positional input's is."""

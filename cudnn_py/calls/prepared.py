@@ -58,7 +58,7 @@ _ARRAY_TYPES = frozenset({"DeviceArrayLike", "DeviceArray", "Out", "Tensor"})
 _PLAIN = frozenset({str, float, type(None)})  # argument types keyed by value alone (others by (type, value))
 _NUMBERS = frozenset({int, float, bool})
 _MISS = object()
-_NONE: dict = {}  # a handle's prepared calls before its first
+_NONE = Cache(CACHE)  # a handle's prepared calls before its first (never filled)
 #: every handle's cache of prepared calls, by id (for forget(None, ...))
 _CACHES: weakref.WeakValueDictionary[int, Cache] = weakref.WeakValueDictionary()
 _SOURCE = itertools.count()  # numbers the generated functions' file names (their source is in linecache)
@@ -138,22 +138,25 @@ class Prepared:
     """What a repeat call of one signature runs, compiled once into ``run(handle, args, kwargs, ptrs)``: the recorded
     steps with the address slots filled in (the call's arrays, then its new outputs from their package's allocator)
     and the result put together; it answers :data:`_MISS` where a given output now overlaps an input or output, or a
-    descriptor a caller may close (``closable``) was closed (the validated path then raises as it does)."""
+    descriptor a caller may close (``closable``) was closed (the validated path then raises as it does).
 
-    __slots__ = ("name", "steps", "news", "bases", "uses", "workspace", "run", "source")
+    With a ``guard`` (:func:`_guard`: the lines reading a call's arguments that answer :data:`_MISS` unless they have
+    this signature), also into ``fast(handle, args, kwargs)``: the guard, then the same work. The handle's cache keeps
+    the last one each function ran in its ``front``, tried before any key is built."""
+
+    __slots__ = ("name", "steps", "news", "bases", "uses", "workspace", "run", "fast", "source")
 
     def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
                  shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0,
-                 closable: Sequence[Descriptor] = (), bases: Sequence[Callable[[Any], tuple]] = ()):
+                 closable: Sequence[Descriptor] = (), bases: Sequence[Callable[[Any], tuple]] = (),
+                 guard: tuple[list[str], dict[str, Any]] | None = None):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         self.bases = bases
         env: dict[str, Any] = {"MISS": _MISS, "shape": shape, "new_tuple": tuple.__new__}
-        lines = ["def run(handle, args, kwargs, ptrs):"]
+        lines = []  # after the addresses p0, p1, ... are known
         for k, d in enumerate(closable):
             env[f"d{k}"] = d
             lines.append(f"    if d{k}.closed:\n        return MISS")
-        if n_slots:
-            lines.append("    " + "".join(f"p{i}, " for i in range(n_slots)) + "= ptrs")
         if overlaps:  # output o and array i overlap where ilo - ohi < po - pi < ihi - olo (but at a checked d)
             tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" if d is None else
                                 f"({ilo - ohi} < p{o} - p{i} < {ihi - olo} and p{o} - p{i} != {d})"
@@ -189,11 +192,18 @@ class Prepared:
         made = f"({', '.join(items)},)"
         lines.append(f"    return {items[0]}" if shape is None else f"    return {made}" if shape is tuple else
                      f"    return new_tuple(shape, {made})")  # a named tuple, as its _make makes it
-        self.source = "\n".join(lines) + "\n"
+        slots = "".join(f"p{i}, " for i in range(n_slots))
+        source = ["def run(handle, args, kwargs, ptrs):", *([f"    {slots}= ptrs"] if n_slots else []), *lines]
+        if guard is not None:
+            checks, names = guard
+            env.update(names)
+            listed = [f"    ptrs = [{slots}]"] if "passed" in env else []
+            source += ["", "def fast(handle, args, kwargs):", *checks, *listed, *lines]
+        self.source = "\n".join(source) + "\n"
         filename = f"<prepared {name} #{next(_SOURCE)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
         exec(compile(self.source, filename, "exec"), env)
-        self.run = env["run"]
+        self.run, self.fast = env["run"], env.get("fast")
 
     def __repr__(self) -> str:
         return f"<Prepared {self.name}: {len(self.steps)} step(s), {len(self.news)} new output(s)>"
@@ -421,8 +431,10 @@ def _each(result: Any, one: Callable[[Any], Any]) -> Any:
 
 # ---------------------------------------------------------------- making a prepared call from a recording
 
-def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs: list) -> Prepared | None:
-    """The prepared call of a validated call's recording, or None where it cannot be replayed as it stands."""
+def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs: list,
+          guard: tuple[list[str], dict] | None = None) -> Prepared | None:
+    """The prepared call of a validated call's recording (with ``guard``: :func:`_guard`), or None where it cannot be
+    replayed as it stands."""
     if rec.spoiled is not None or not rec.steps:
         return None
     items = list(result) if isinstance(result, tuple) else [result]
@@ -486,7 +498,7 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     news = [(owners.index(shared[k][0]), _view(a, shared[k][1])) if k in shared else alloc(a)
             for k, a in enumerate(new)]
     return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace,
-                    tuple(closable.values()), [alloc(o) for o in owners])
+                    tuple(closable.values()), [alloc(o) for o in owners], guard)
 
 
 def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArray, int]]:
@@ -512,6 +524,70 @@ def _view(a: DeviceArray, offset: int) -> Callable[[Any, Any], tuple]:
     nbytes = offset * dt.itemsize
     return lambda b, handle: (DeviceArray.from_parts(b.ptr + nbytes, shape, dt, strides, dev, b, handle.stream, c,
                                                      key), b.ptr + nbytes)
+
+
+def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
+           epoch: tuple[Callable[[], Any], Any] | None) -> tuple[list[str], dict] | None:
+    """The guard of a prepared call made from a call keyed with ``args``, ``kwargs`` (as given), ``ptrs`` and
+    ``epoch`` (the function and the value it answered), and the names it reads: lines of ``fast(handle, args,
+    kwargs)`` answering :data:`_MISS` unless the call would build the same key (the checks in the key's order but
+    the epoch's, last), the addresses left in ``p0, p1, ...`` in the key's order. None where it cannot say (then
+    only the key finds the prepared call)."""
+    env: dict[str, Any] = {"DeviceArray": DeviceArray, "layout_key": layout_key}
+    lines = [f"    if len(args) != {len(args)} or len(kwargs) != {len(kwargs)}:", "        return MISS"]
+    if args:
+        lines.append(f"    {''.join(f'a{i}, ' for i in range(len(args)))}= args")
+    values = [(f"a{i}", spec.is_array[i], v) for i, v in enumerate(args)]
+    values += [(f"w{j}", k in spec.arrays, v) for j, (k, v) in enumerate(kwargs.items())]
+    aligned, slot, miss = [], 0, "        return MISS"
+    for j, (var, is_array, v) in enumerate(values):
+        if j == len(args):  # the keywords, once the positional arguments passed (a miss mostly fails on the first)
+            lines.append(f"    try:\n        {''.join(f'w{i}, ' for i in range(len(kwargs)))}= "
+                         f"{''.join(f'kwargs[{k!r}], ' for k in kwargs)}\n    except KeyError:\n        return MISS")
+        t = type(v)
+        if not is_array or v is None or t in _NUMBERS:
+            if v is None:
+                lines.append(f"    if {var} is not None:\n{miss}")
+            else:
+                env[f"gT{j}"], env[f"gV{j}"] = t, v
+                lines.append(f"    if {var} is not gV{j} and (type({var}) is not gT{j} or {var} != gV{j}):\n{miss}")
+            if is_array:
+                lines.append(f"    p{slot} = None")
+        elif t is DeviceArray:
+            env[f"gL{j}"] = v.layout_key
+            lines.append(f"    if type({var}) is not DeviceArray or ({var}.layout_key or layout_key({var})) is not "
+                         f"gL{j}:\n{miss}\n    p{slot} = {var}.ptr")
+        elif memory.is_torch_tensor(v):
+            env.update({f"gT{j}": t, f"gS{j}": v.shape, f"gR{j}": v.stride(), f"gD{j}": v.dtype,
+                        f"gG{j}": v.get_device()})
+            lines.append(f"    if type({var}) is not gT{j} or {var}.shape != gS{j} or {var}.stride() != gR{j} or "
+                         f"{var}.dtype != gD{j} or {var}.get_device() != gG{j}:\n{miss}\n"
+                         f"    p{slot} = {var}.data_ptr()")
+        else:
+            return None
+        if is_array:
+            if ptrs[slot] is not None:
+                if ptrs[slot] & 15:
+                    lines.append(f"    if p{slot} & 15 != {ptrs[slot] & 15}:\n{miss}")
+                else:
+                    aligned.append(f"p{slot}")
+            slot += 1
+    if slot != len(ptrs):
+        return None
+    if aligned:
+        lines.append(f"    if ({' | '.join(aligned)}) & 15:\n        return MISS")
+    every = ", ".join(f"p{i}" for i in range(slot))
+    if slot > 1 and len(set(ptrs)) < slot:  # the arrays that shared an address share it again, and no others
+        env["gA"] = tuple(map(ptrs.index, ptrs))
+        lines.append(f"    t = [{every}]\n    if tuple(map(t.index, t)) != gA:\n        return MISS")
+    elif slot == 2:
+        lines.append("    if p0 == p1:\n        return MISS")
+    elif slot > 2:
+        lines.append(f"    if len({{{every}}}) != {slot}:\n        return MISS")
+    if epoch is not None:
+        env["epoch"], env["gE"] = epoch
+        lines.append("    if epoch() != gE:\n        return MISS")
+    return lines, env
 
 
 # ---------------------------------------------------------------- forgetting
@@ -554,6 +630,15 @@ _CALL = """\
 def call(handle, *args, **kwargs):
     if type(handle) is not Handle or handle._ptr is None or state.rec is not None:
         return validated(handle, args, kwargs)  # a stand-in or closed handle, in a recording
+    calls = handle.cache.get(CACHE, NONE)
+    fast = calls.front.get(fn)  # the prepared call this function ran last: its guard, then its work
+    if fast is not None:
+        try:
+            got = fast(handle, args, kwargs)
+        except WorkspaceLimitError:
+            got = MISS
+        if got is not MISS:
+            return got
     ptrs = []
     try:
         n = len(args)
@@ -571,7 +656,7 @@ def call(handle, *args, **kwargs):
         if n > 1 and (ptrs[0] == ptrs[1] if n == 2 else len(set(ptrs)) < n):  # arrays sharing an address
             parts.append(tuple(map(ptrs.index, ptrs)))
         key = tuple(parts)
-        p = handle.cache.get(CACHE, NONE).get(key)  # hashes the key: an unhashable option raises here
+        p = calls.get(key)  # hashes the key: an unhashable option raises here
     except (Unkeyable, TypeError):  # a foreign array, an unhashable option: validated every call
         return first(handle, args, kwargs, None, ptrs)
     if p is not None:
@@ -580,6 +665,7 @@ def call(handle, *args, **kwargs):
         except WorkspaceLimitError:  # the handle's workspace cap was lowered since: made again under it
             got = MISS
         if got is not MISS:
+            calls.front[fn] = p.fast
             return got
     return first(handle, args, kwargs, key, ptrs)
 """
@@ -654,13 +740,16 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         def first(handle: Any, args: tuple, kwargs: dict, key: tuple | None, ptrs: list) -> Any:
             slots = spec.slots(args, kwargs)
+            given = dict(kwargs)  # as the key read them (the checks convert scaling factors in place)
             with recording.recording() as rec:
                 result = _as_given(validated(handle, args, kwargs), spec, slots)
             if key is not None:
-                p = _make(spec, rec, result, slots, ptrs)
+                p = _make(spec, rec, result, slots, ptrs,
+                          _guard(spec, args, given, ptrs, None if epoch is None else (epoch, key[1])))
                 if p is not None:
                     cache = handle_cache(handle, CACHE)
                     cache[key] = p
+                    cache.front[fn] = p.fast
                     _CACHES[id(cache)] = cache
             pkg = package([v for n, _, v in slots if n not in spec.outputs])
             if pkg is None:

@@ -17,9 +17,12 @@ _MISSING = object()
 
 class Cache(dict):
     """A bounded, thread-safe ``dict`` called ``name``: inserting into a full cache (``maxsize``) drops its oldest
-    entry first. Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` lock."""
+    entry first. Reads are plain ``dict`` reads; ``__setitem__``, ``setdefault``, ``pop`` and ``clear`` lock.
 
-    __slots__ = ("name", "maxsize", "_lock", "__weakref__")
+    ``front`` is a plain ``dict`` its user may keep beside the entries, holding shortcuts to them (the prepared
+    calls' last hit per function): emptied whenever an entry leaves, so a shortcut never outlives its entry."""
+
+    __slots__ = ("name", "maxsize", "front", "_lock", "__weakref__")
 
     def __init__(self, name: str, maxsize: int = DEFAULT_MAXSIZE):
         super().__init__()
@@ -27,12 +30,14 @@ class Cache(dict):
             raise InvalidValueError(f"maxsize must be a positive int, got {maxsize!r}")
         self.name = name
         self.maxsize = maxsize
+        self.front: dict = {}
         self._lock = threading.Lock()
 
     def _insert(self, key, value) -> None:  # under the lock
         if key not in self:
             while len(self) >= self.maxsize:
                 dict.__delitem__(self, next(iter(self)))
+                self.front.clear()
         dict.__setitem__(self, key, value)
 
     def __setitem__(self, key, value) -> None:
@@ -53,11 +58,13 @@ class Cache(dict):
     def pop(self, key, default=None):
         """Remove ``key`` and return its value (``default`` when missing)."""
         with self._lock:
+            self.front.clear()
             return dict.pop(self, key, default)
 
     def clear(self) -> None:
         """Drop every entry."""
         with self._lock:
+            self.front.clear()
             dict.clear(self)
 
     def update(self, *args, **kwargs) -> None:
@@ -67,6 +74,7 @@ class Cache(dict):
 
     def __delitem__(self, key) -> None:
         with self._lock:
+            self.front.clear()
             dict.__delitem__(self, key)
 
     def __repr__(self) -> str:
