@@ -52,6 +52,16 @@ def test_metadata_packed():
     assert "shape=(2, 3, 4)" in repr(a) and "float32" in repr(a)
 
 
+@pytest.mark.parametrize("shape, strides, contiguous", [((2, 3, 4), (12, 4, 1), True), ((2, 3), (1, 2), None)])
+def test_array_maker_makes_what_from_parts_makes(shape, strides, contiguous):
+    dt, owner, stream = np.dtype(np.float16), object(), object()
+    key = M.layout_key(DeviceArray.from_parts(FAKE, shape, dt, strides, 1, None, None))
+    made = M.array_maker(shape, dt, strides, 1, contiguous, key)(FAKE + 64, owner, stream)
+    want = DeviceArray.from_parts(FAKE + 64, shape, dt, strides, 1, owner, stream, contiguous, key)
+    slots = DeviceArray.__slots__[:-1]  # all but __weakref__
+    assert [getattr(made, n) for n in slots] == [getattr(want, n) for n in slots]
+
+
 @pytest.mark.parametrize("shape,strides,contiguous", [
     ((4, 3), (1, 4), False), ((3, 1, 4), (4, 99, 1), True), ((0, 5), (7, 3), True), ((5,), (2,), False),
     ((2, 3), (3, 1), True), ((2, 3), (-3, 1), False)])

@@ -520,10 +520,13 @@ def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArr
 def _view(a: DeviceArray, offset: int) -> Callable[[Any, Any], tuple]:
     """``view(allocation, handle) -> (array, address)``: ``a``'s layout at element ``offset`` of a replay's
     allocation, a DeviceArray on the handle's stream as the allocation."""
-    shape, strides, dt, dev, c, key = a.shape, a.strides, a.dtype, a.device_id, a.is_contiguous, layout_key(a)
-    nbytes = offset * dt.itemsize
-    return lambda b, handle: (DeviceArray.from_parts(b.ptr + nbytes, shape, dt, strides, dev, b, handle.stream, c,
-                                                     key), b.ptr + nbytes)
+    make = memory.array_maker(a.shape, a.dtype, a.strides, a.device_id, a.is_contiguous, layout_key(a))
+    nbytes = offset * a.dtype.itemsize
+
+    def view(b: DeviceArray, handle: Any) -> tuple:
+        p = b.ptr + nbytes
+        return make(p, b, handle.stream), p
+    return view
 
 
 def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,

@@ -31,6 +31,7 @@ _LEGACY = (1,) if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "
 
 #: (device ordinal, size) -> [(cuda.core Buffer, address)] kept; list.pop and list.append are atomic: no lock
 _kept: dict[tuple[int, int], list[tuple[Any, int]]] = {}
+_new = object.__new__
 
 
 class Block:
@@ -79,9 +80,13 @@ def taker(dev: Any, stream: Any, nbytes: int) -> Callable[[], Block]:
     def take() -> Block:
         if free:
             try:
-                return Block(*free.pop(), free)
+                buffer, ptr = free.pop()
             except IndexError:  # another thread took the last one
                 pass
+            else:
+                b = _new(Block)  # Block(buffer, ptr, free) without the call of its __init__
+                b.buffer, b.ptr, b.free = buffer, ptr, free
+                return b
         return Block(*_allocate(dev, stream, size, nbytes), free)
     return take
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["DeviceArray", "DeviceArrayLike", "Shape", "to_device", "empty", "empty_like", "zeros", "as_array",
-           "output_array", "array_signature", "allocator", "LayoutKey", "layout_key"]
+           "output_array", "array_signature", "allocator", "array_maker", "LayoutKey", "layout_key"]
 
 
 class _DLPackTensor(Protocol):
@@ -335,18 +335,34 @@ def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | 
     return dev, s, shape, dtype, strides, nbytes, key
 
 
+def array_maker(shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
+                contiguous: bool | None, key: LayoutKey | None) -> Callable[[int, Any, Any], DeviceArray]:
+    """``make(ptr, owner, stream)``: :meth:`DeviceArray.from_parts` of one checked layout, its sizes worked out once
+    (what a repeat call's new outputs are made with: about half the cost)."""
+    ndim, size = len(shape), math.prod(shape)
+    nbytes = size * dtype.itemsize
+
+    def make(ptr: int, owner: Any, stream: Any) -> DeviceArray:
+        self = _new(DeviceArray)
+        self.layout_key, self.ptr, self.shape, self.dtype, self.strides = key, ptr, shape, dtype, strides
+        self.device_id, self.ndim, self.size, self.nbytes, self._contiguous = device_id, ndim, size, nbytes, contiguous
+        self._owner, self._stream = owner, stream
+        return self
+    return make
+
+
 def _maker(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
            nbytes: int, key: LayoutKey) -> Callable[[], DeviceArray]:
     """A function making a new array of a checked layout (its :class:`LayoutKey` ``key``) on device ``dev`` and stream
     ``s`` per call."""
-    dev_id = dev.device_id
+    make = array_maker(shape, dtype, strides, dev.device_id, True, key)
     if nbytes == 0:
-        return lambda: DeviceArray.from_parts(0, shape, dtype, strides, dev_id, None, s, True, key)
+        return lambda: make(0, None, s)
     take = taker(dev, s, nbytes)
 
     def new() -> DeviceArray:
         b = take()
-        return DeviceArray.from_parts(b.ptr, shape, dtype, strides, dev_id, b, s, True, key)
+        return make(b.ptr, b, s)
     return new
 
 
