@@ -743,12 +743,12 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         def first(handle: Any, args: tuple, kwargs: dict, key: tuple | None, ptrs: list) -> Any:
             slots = spec.slots(args, kwargs)
-            given = dict(kwargs)  # as the key read them (the checks convert scaling factors in place)
+            as_keyed = dict(kwargs)  # as the key read them (the checks convert scaling factors in place)
             with recording.recording() as rec:
                 result = _as_given(validated(handle, args, kwargs), spec, slots)
             if key is not None:
                 p = _make(spec, rec, result, slots, ptrs,
-                          _guard(spec, args, given, ptrs, None if epoch is None else (epoch, key[1])))
+                          _guard(spec, args, as_keyed, ptrs, None if epoch is None else (epoch, key[1])))
                 if p is not None:
                     cache = handle_cache(handle, CACHE)
                     cache[key] = p
