@@ -11,7 +11,8 @@ import pytest
 from cudnn_py.calls import engine_choice, prepared as P
 from cudnn_py.clib import recording
 from cudnn_py.capi import cudnnHandle_t
-from cudnn_py.errors import ClosedError, InvalidTypeError, InvalidValueError
+from cudnn_py.errors import ClosedError, CudnnPyError, InvalidTypeError, InvalidValueError
+from cudnn_py.core import memory
 from cudnn_py.core.memory import DeviceArray
 from cudnn_py.core.strided import shares_elements
 from cudnn_py.ops import _common
@@ -96,6 +97,32 @@ def test_the_last_prepared_call_runs_first_and_the_others_still_replay():
     assert not cache.front
     op(h, arr((4, 2)), y=arr((4, 2)), alpha=2.0)
     assert len(body) == 2 and len(cache.front) == 1
+
+
+@pytest.mark.parametrize("junk", [None, object(), "junk", 1.5, float("nan"), 2 ** 100, True, [object()], (1, 2),
+                                  np.zeros((2, 2)), np.float64(2.0), DeviceArray])
+@pytest.mark.parametrize("where", ["x", "y", "alpha"])
+def test_junk_after_a_prepared_call_misses_its_guard_and_is_refused_as_ever(where, junk):
+    """The guard compares each argument with the signature by type first: junk where the last call passed an array
+    or an option reaches the validated path, which refuses it with the package's errors, never a builtin one."""
+    fn = CFn()
+
+    @P.prepared(inputs=("x",), outputs=("y",), scalars=("alpha",))
+    def op(handle, x, *, y=None, alpha=1.0):
+        xa, ya = memory.as_array(x, "x"), memory.as_array(y, "y")
+        _common.launch(handle, fn, handle.ptr, alpha, xa, ya)
+        return y
+    h = fake_handle()
+    for _ in range(2):
+        op(h, arr(), y=arr(), alpha=2.0)
+    call = {"x": lambda: op(h, junk, y=arr(), alpha=2.0), "y": lambda: op(h, arr(), y=junk, alpha=2.0),
+            "alpha": lambda: op(h, arr(), y=arr(), alpha=junk)}[where]
+    try:
+        call()
+    except CudnnPyError:
+        pass
+    else:  # only a value the validated path takes (alpha a number): then it ran and queued the call
+        assert where == "alpha" and len(fn.calls) == 3
 
 
 def test_a_changed_epoch_misses_the_last_prepared_call():
