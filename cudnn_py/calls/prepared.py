@@ -1,9 +1,10 @@
 """One prepared call per operation signature: what every operation function's repeat calls run (docs/prepared.md).
 
-A function decorated with :func:`prepared` is called through a wrapper that reads its arrays' signatures (a
-DeviceArray's :class:`~cudnn_py.core.memory.LayoutKey`, a torch tensor's shape, strides, dtype and device; the address
-alignment: attribute reads, no DLPack), which arrays share an address and its other arguments with their types into a
-key, looked up in the handle's cache ``"prepared"``:
+A function decorated with :func:`prepared` is called through a wrapper that first runs the guard of the prepared call
+the function ran last on the handle (the arguments compared with the signature it was made for); failing that, it
+reads its arrays' signatures (a DeviceArray's :class:`~cudnn_py.core.memory.LayoutKey`, a torch tensor's shape,
+strides, dtype and device; the address alignment: attribute reads, no DLPack), which arrays share an address and its
+other arguments with their types into a key, looked up in the handle's cache ``"prepared"``:
 
 * **a hit** queues the recorded work again with this call's addresses and new outputs from the inputs' package,
   validating nothing again: the key fixes everything the validated path checked;
@@ -16,6 +17,9 @@ key, looked up in the handle's cache ``"prepared"``:
 Outputs follow the inputs' package: torch tensors in, torch tensors out (torch's caching allocator on a hit,
 DLPack on the first call); DeviceArrays in, DeviceArrays out; another producer's through its ``from_dlpack``. With
 mixed inputs torch wins, then the first input that is not a DeviceArray.
+
+Over 700 lines, as one module: the wrapper, the key, the generated replay and its guard must read a signature in the
+same terms, and they share this module's private helpers.
 """
 from __future__ import annotations
 
