@@ -310,16 +310,13 @@ def convolution_backward_bias(handle: Handle, dy: DeviceArrayLike, *, db: Out | 
     dbs, db_ptr = (None, 0) if db is None else array_signature(db, "db")
     dy_desc, db_desc, db_shape = _bias_plan(handle, dys, dbs, layout.upper() if isinstance(layout, str) else layout,
                                             "db")
-    out: DeviceArray | Out
     if db is None:
-        out = new_output(handle, db_shape, dys[2])
-        db_ptr = out.ptr
-    else:
-        out = db
+        new = new_output(handle, db_shape, dys[2])
+        db_ptr = new.ptr
     al, be = scalars(dys[2], alpha, beta)
     launch(handle, capi.cudnnConvolutionBackwardBias, handle.ptr, al, dy_desc, Address(dy_ptr), be, db_desc,
            Address(db_ptr))
-    return out
+    return new if db is None else db
 
 
 def _bias_plan(handle: Handle, ysig, bsig, layout, name):

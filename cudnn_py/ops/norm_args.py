@@ -4,7 +4,6 @@ float64 data), statistics and reserve buffers, the checked arguments of their fu
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 from typing import NamedTuple
@@ -60,7 +59,6 @@ class NormSetup:
 
     def __init__(self, handle, x, mode, table: dict, enum_type, what: str):
         self.mode = enum_arg(mode, table, enum_type, what)
-        self.mode_name = self.mode.name
         self.x = data_array(x, "x", handle)
         self.pshape = param_shape_for(self.x.shape, self.mode)
         self.pdtype = np.dtype(np.float64 if self.x.dtype == np.float64 else np.float32)  # float64 data's own
@@ -80,7 +78,7 @@ class NormSetup:
         a, pshape = check_array(obj, name, handle), self.pshape
         squeezed = tuple(d for d in pshape if d != 1)
         if a.shape != pshape and tuple(d for d in a.shape if d != 1) != squeezed:
-            raise InvalidValueError(f"{name} has shape {a.shape}; in {self.mode_name} mode it must be {pshape} "
+            raise InvalidValueError(f"{name} has shape {a.shape}; in {self.mode.name} mode it must be {pshape} "
                                     f"(or {squeezed})")
         if a.dtype != self.pdtype:
             raise InvalidTypeError(f"{name} has dtype {a.dtype}; batch-norm parameters must be {self.pdtype} for this "

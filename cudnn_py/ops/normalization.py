@@ -29,7 +29,7 @@ from cudnn_py.ops.activation import Activation
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import norm_args as na
 from cudnn_py.ops import norm_graphs as ng
-from cudnn_py.ops._common import desc, enum_arg, launch, output, scalars, tensor_desc
+from cudnn_py.ops._common import desc, enum_arg, launch, scalars, tensor_desc
 from cudnn_py.calls.prepared import prepared
 from cudnn_py.clib.recording import WorkspaceArg
 from cudnn_py.ops.batchnorm import BatchNormGrads, BatchNormTraining, NormSizes
@@ -60,18 +60,14 @@ def _setup(handle: Handle, x, mode, engine: str, ops, activation, algo, z=None, 
     if engine == "auto" and not (isinstance(ops, (str, int)) and ops in ("norm", capi.CUDNN_NORM_OPS_NORM)):
         engine = "legacy"
     s = na.NormSetup(handle, x, mode, NORM_MODES, capi.cudnnNormMode_t, "normalization mode")
-    return (engine, s, *na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z, **fused), *_algo(algo))
-
-
-def _algo(algo) -> tuple:
-    """(algo member, the graph path's check of it)."""
+    op, act = na.fused_ops(ops, activation, NORM_OPS, capi.cudnnNormOps_t, z, **fused)
     al_ = enum_arg(algo, NORM_ALGOS, capi.cudnnNormAlgo_t, "normalization algo")
 
     def check() -> None:
         if al_ != capi.CUDNN_NORM_ALGO_STANDARD:
             raise gl.GraphPathRefused("engine='graph' picks its own engine: leave algo 'standard' (or use "
                                       "engine='legacy')")
-    return al_, check
+    return engine, s, op, act, al_, check
 
 
 def _sizes(handle: Handle, s: na.NormSetup, op, algo, act, with_z: bool) -> tuple[int, int, int]:
