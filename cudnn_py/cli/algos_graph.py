@@ -121,8 +121,7 @@ def problem_from_args(args) -> Problem:
 
 
 def _conv_problem(args) -> Problem:
-    from cudnn_py.cli.algos import config_from_args, reference as conv_reference
-    cfg = config_from_args(args)
+    cfg = algos.config_from_args(args)
     direction = args.direction[0] if len(args.direction) == 1 else None
     if direction is None:
         raise SystemExit("algos --graph conv: give one --direction (fwd, bwd_data or bwd_filter)")
@@ -148,7 +147,7 @@ def _conv_problem(args) -> Problem:
         return g, ins, out
 
     def reference(h):
-        return conv_reference(direction, cfg, h["x"], h["w"], h["dy"])
+        return algos.reference(direction, cfg, h["x"], h["w"], h["dy"])
 
     def torch_conv():
         import torch

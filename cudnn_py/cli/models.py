@@ -88,44 +88,39 @@ def _devices(text: str, found: dict) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     """The ``algos --model / --compare / --merge / --list-models`` command."""
-    from cudnn_py.tuning import TuningDatabaseError
-    try:
-        return _run(args)
-    except TuningDatabaseError as e:
-        raise SystemExit(f"algos: {e}") from None
-
-
-def _run(args: argparse.Namespace) -> int:
-    from cudnn_py.tuning import TuningDatabase
+    from cudnn_py.tuning import TuningDatabase, TuningDatabaseError
     from cudnn_py.tuning import report as rp
     filters = rp.Filters(args.deterministic, args.no_tf32, args.no_reduced_precision, args.workspace_limit)
-    if args.list_models:
-        from cudnn_py.tuning_records.models import MODELS
-        for name, make in MODELS.items():
-            m = make()
-            print(f"{name:<10} {m.parameters():>14,} parameters  conv {m.count('conv'):>3}  linear "
-                  f"{m.count('linear'):>3}  norm {m.count('norm'):>3}  attention {m.count('attention'):>3}  "
-                  f"{len(m.problems(1, 'float16'))} distinct operations per step  ({m.description})")
-        return 0
-    if args.compare:
-        for path in args.compare:
-            _existing(path, "--compare")
-        a, b = (TuningDatabase(p) for p in args.compare)
-        changes, info = rp.compare(a, b, args.threshold, filters)
-        print(rp.format_compare(changes, info, args.threshold))
-        return 0
-    if args.merge:
-        into_path, sources = (args.db, args.merge) if args.db else (args.merge[0], args.merge[1:])
-        if not sources:
-            raise SystemExit("algos: --merge INTO FROM [FROM ...] (or --merge FROM [FROM ...] --db INTO)")
-        for src in sources:
-            _existing(src, "--merge")
-        into = TuningDatabase(into_path)
-        for src in sources:
-            n = into.merge(src)
-            print(f"{src}: {n} record{'' if n == 1 else 's'} merged into {into_path}")
-        return 0
-    return _sweep(args, rp, filters)
+    try:
+        if args.list_models:
+            from cudnn_py.tuning_records.models import MODELS
+            for name, make in MODELS.items():
+                m = make()
+                print(f"{name:<10} {m.parameters():>14,} parameters  conv {m.count('conv'):>3}  linear "
+                      f"{m.count('linear'):>3}  norm {m.count('norm'):>3}  attention {m.count('attention'):>3}  "
+                      f"{len(m.problems(1, 'float16'))} distinct operations per step  ({m.description})")
+            return 0
+        if args.compare:
+            for path in args.compare:
+                _existing(path, "--compare")
+            a, b = (TuningDatabase(p) for p in args.compare)
+            changes, info = rp.compare(a, b, args.threshold, filters)
+            print(rp.format_compare(changes, info, args.threshold))
+            return 0
+        if args.merge:
+            into_path, sources = (args.db, args.merge) if args.db else (args.merge[0], args.merge[1:])
+            if not sources:
+                raise SystemExit("algos: --merge INTO FROM [FROM ...] (or --merge FROM [FROM ...] --db INTO)")
+            for src in sources:
+                _existing(src, "--merge")
+            into = TuningDatabase(into_path)
+            for src in sources:
+                n = into.merge(src)
+                print(f"{src}: {n} record{'' if n == 1 else 's'} merged into {into_path}")
+            return 0
+        return _sweep(args, rp, filters)
+    except TuningDatabaseError as e:
+        raise SystemExit(f"algos: {e}") from None
 
 
 def _existing(path: str, flag: str) -> None:

@@ -117,9 +117,7 @@ def graph_ran(engine: str, graph: Callable[[bool], object]) -> bool:
 
 def graph_dtype(dtype, what: str) -> None:
     """Refuse data types the pointwise graph engines lack."""
-    if dtype in _GRAPH_NP:
-        return
-    if np.dtype(dtype).name not in GRAPH_DTYPES:
+    if dtype not in _GRAPH_NP and np.dtype(dtype).name not in GRAPH_DTYPES:
         raise GraphPathRefused(f"engine='graph': {what} has dtype {np.dtype(dtype)}; the graph path takes float16, "
                                f"bfloat16 and float32 (use engine='legacy' for float64)")
 

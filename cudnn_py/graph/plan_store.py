@@ -73,10 +73,6 @@ def _key(graph_key: tuple, options: tuple) -> str:
     return hashlib.sha256(repr((graph_key, options)).encode()).hexdigest()
 
 
-def _device(handle) -> int | None:
-    return getattr(handle, "device_id", None)
-
-
 def _valid(plans) -> bool:
     return isinstance(plans, list) and bool(plans) and all(
         isinstance(p, dict) and isinstance(p.get("json"), str) and isinstance(p.get("tag"), str)
@@ -86,12 +82,13 @@ def _valid(plans) -> bool:
 def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
     """The stored entries [{'json', 'tag', 'ms'}] for this graph and these options, or None (no store or entry, or
     an unusable entry, dropped with a warning)."""
+    device = getattr(handle, "device_id", None)
     try:
         db = database()
         if db is None:
             return None
         key = _key(graph_key, options)
-        value = db.lookup(KIND, key, device=_device(handle))
+        value = db.lookup(KIND, key, device=device)
     except _db.TuningDatabaseError as e:
         warnings.warn(f"plan cache: {e}", RuntimeWarning, stacklevel=3)
         return None
@@ -101,7 +98,7 @@ def load(graph_key: tuple, options: tuple, handle) -> list[dict] | None:
     if not _valid(plans):
         warnings.warn(f"plan cache: ignoring the record {key[:16]} in {db.path or '(memory)'}: 'plans' must be a "
                       f"non-empty list of {{json, tag, ms}}", RuntimeWarning, stacklevel=3)
-        db.discard(KIND, key, device=_device(handle))
+        db.discard(KIND, key, device=device)
         return None
     return plans
 
@@ -117,7 +114,7 @@ def save(graph_key: tuple, options: tuple, handle, plans: list[dict]) -> None:
     try:
         db = database()
         if db is not None:
-            db.record(KIND, _key(graph_key, options), {"plans": plans}, device=_device(handle))
+            db.record(KIND, _key(graph_key, options), {"plans": plans}, device=getattr(handle, "device_id", None))
     except _db.TuningDatabaseError as e:
         warnings.warn(f"plan cache: cannot write: {e}", RuntimeWarning, stacklevel=3)
 
