@@ -3,6 +3,9 @@ sees them (what each kind of parameter takes: docs/c_layer_safety.md; a wrong on
 naming the function and the parameter; ``fn.raw`` skips the checks), statuses become exceptions. A function the
 headers mark ``CUDNN_DEPRECATED``, called from outside the package, warns once. ``CUDNN_PY_LOG`` and
 ``CUDNN_PY_NVTX`` are read when the first function is bound.
+
+Over 700 lines, as one module: a bound function's argument checks, status check, logging and deprecation warning are
+compiled together into one checked call per C function, from the parameter kinds defined here.
 """
 from __future__ import annotations
 
