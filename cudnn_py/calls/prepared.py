@@ -747,7 +747,8 @@ def prepared(inputs: Sequence[str], outputs: Sequence[str], *, inplace: bool = T
 
         def first(handle: Any, args: tuple, kwargs: dict, key: tuple | None, ptrs: list) -> Any:
             slots = spec.slots(args, kwargs)
-            as_keyed = dict(kwargs)  # as the key read them (the checks convert scaling factors in place)
+            # the keywords as the key read them, for its guard (the checks convert scaling factors in place)
+            as_keyed = {} if key is None else dict(kwargs)
             with recording.recording() as rec:
                 result = _as_given(validated(handle, args, kwargs), spec, slots)
             if key is not None:
