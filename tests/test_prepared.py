@@ -99,6 +99,26 @@ def test_the_last_prepared_call_runs_first_and_the_others_still_replay():
     assert len(body) == 2 and len(cache.front) == 1
 
 
+def test_replay_runs_the_last_prepared_call_only_for_its_signature():
+    """:func:`replay` (the torch ops' way to check arguments only where they are new) runs a function's last prepared
+    call where a call has its signature, and answers MISS, running nothing, before any call, for another signature,
+    in a recording and once the cache is cleared (as closing the handle does)."""
+    op, fn, body = make_op()
+    h = fake_handle()
+    assert P.replay(op, h, (arr((2, 4)),), {"y": arr((2, 4))}) is P.MISS
+    op(h, arr((2, 4)), y=arr((2, 4)))
+    y = arr((2, 4))
+    assert P.replay(op, h, (arr((2, 4)),), {"y": y}) is y and len(fn.calls) == 2 and len(body) == 1
+    for args, kwargs in (((arr((4, 2)),), {"y": arr((4, 2))}), ((arr((2, 4)),), {"y": arr((2, 4)), "alpha": 2.0}),
+                         ((arr((2, 4)),), {})):
+        assert P.replay(op, h, args, kwargs) is P.MISS
+    with recording.recording():
+        assert P.replay(op, h, (arr((2, 4)),), {"y": arr((2, 4))}) is P.MISS
+    h.cache.clear()
+    assert P.replay(op, h, (arr((2, 4)),), {"y": arr((2, 4))}) is P.MISS
+    assert len(fn.calls) == 2 and len(body) == 1
+
+
 @pytest.mark.parametrize("junk", [None, object(), "junk", 1.5, float("nan"), 2 ** 100, True, [object()], (1, 2),
                                   np.zeros((2, 2)), np.float64(2.0), DeviceArray])
 @pytest.mark.parametrize("where", ["x", "y", "alpha"])

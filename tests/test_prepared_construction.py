@@ -149,7 +149,7 @@ def test_many_overlap_checks_are_skipped_only_at_the_last_passing_addresses():
     for o, i in ((2, 0), (3, 1), (2, 1), (3, 0)):
         near = list(apart)
         near[o] = near[i] + 32
-        assert p.run(h, ("x",), {}, near) is P._MISS
+        assert p.run(h, ("x",), {}, near) is P.MISS
     assert p.run(h, ("x",), {}, list(apart)) == "x" and len(calls) == 2
 
 
@@ -160,7 +160,7 @@ def test_overlapping_extents_pass_at_the_offset_the_first_call_checked_element_b
     p = P.Prepared("op", [step], [], [(1, 0, 0, 64, 0, 64, 4)], (("arg", 0),), None, 2)
     h = fake_cudnn_handle()
     assert p.run(h, ("x",), {}, [0x1000, 0x1004]) == "x" and p.run(h, ("x",), {}, [0x9000, 0x9004]) == "x"
-    assert [p.run(h, ("x",), {}, [0x1000, 0x1000 + d]) for d in (8, -4, 60)] == [P._MISS] * 3
+    assert [p.run(h, ("x",), {}, [0x1000, 0x1000 + d]) for d in (8, -4, 60)] == [P.MISS] * 3
     assert p.run(h, ("x",), {}, [0x1000, 0x1040]) == "x"  # apart
 
 

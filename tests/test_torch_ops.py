@@ -412,7 +412,8 @@ def test_hot_path_without_gradient_matches_float64_per_layout_and_options(tg, rn
 @pytest.mark.gpu
 def test_broadcast_and_unpacked_views_are_copied_by_the_op_and_refused_by_the_core(tg, rng):
     """k and v expanded over the heads (strides of 0) and a q whose head dim is not packed: the torch op copies them
-    and matches float64; the core function, which takes arrays as they are, refuses the broadcast views."""
+    and matches float64, also right after a call of packed tensors of the same shapes (whose prepared call the views
+    must not replay); the core function, which takes arrays as they are, refuses the broadcast views."""
     torch, ct = tg
     dtype, (b, h, s, d) = "bfloat16", (2, 4, 48, 64)
     qa, ka, va = rng.standard_normal((b, h, s, d)), *(rng.standard_normal((b, 1, s, d)) for _ in range(2))
@@ -421,6 +422,7 @@ def test_broadcast_and_unpacked_views_are_copied_by_the_op_and_refused_by_the_co
     assert k.stride(1) == 0 and q.stride(3) == s
     ro, _ = R.forward(_h(q), _h(k), _h(v), causal=True)
     for _ in range(2):
+        _close(_h(ct.sdpa(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)), ro, dtype)
         _close(_h(ct.sdpa(q, k, v, causal=True)), ro, dtype)
     with cudnn.Handle() as handle, pytest.raises(InvalidValueError, match=r"sdpa: k's strides \(\d+, 0, 64, 1\)"):
         cudnn.sdpa(handle, q.contiguous(), k, v)

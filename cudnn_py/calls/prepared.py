@@ -61,7 +61,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ARRAY_TYPES = frozenset({"DeviceArrayLike", "DeviceArray", "Out", "Tensor"})
 _PLAIN = frozenset({str, float, type(None)})  # argument types keyed by value alone (others by (type, value))
 _NUMBERS = frozenset({int, float, bool})
-_MISS = object()
+#: what a prepared call's guard, and :func:`replay`, answer where a call is not of its signature (nothing ran)
+MISS = object()
 _NONE = Cache(CACHE)  # a handle's prepared calls before its first (never filled)
 #: every handle's cache of prepared calls, by id (for forget(None, ...))
 _CACHES: weakref.WeakValueDictionary[int, Cache] = weakref.WeakValueDictionary()
@@ -141,10 +142,10 @@ def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
 class Prepared:
     """What a repeat call of one signature runs, compiled once into ``run(handle, args, kwargs, ptrs)``: the recorded
     steps with the address slots filled in (the call's arrays, then its new outputs from their package's allocator)
-    and the result put together; it answers :data:`_MISS` where a given output now overlaps an input or output, or a
+    and the result put together; it answers :data:`MISS` where a given output now overlaps an input or output, or a
     descriptor a caller may close (``closable``) was closed (the validated path then raises as it does).
 
-    With a ``guard`` (:func:`_guard`: the lines reading a call's arguments that answer :data:`_MISS` unless they have
+    With a ``guard`` (:func:`_guard`: the lines reading a call's arguments that answer :data:`MISS` unless they have
     this signature), also into ``fast(handle, args, kwargs)``: the guard, then the same work. The handle's cache keeps
     the last one each function ran in its ``front``, tried before any key is built."""
 
@@ -156,7 +157,7 @@ class Prepared:
                  guard: tuple[list[str], dict[str, Any]] | None = None):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         self.bases = bases
-        env: dict[str, Any] = {"MISS": _MISS, "shape": shape, "new_tuple": tuple.__new__}
+        env: dict[str, Any] = {"MISS": MISS, "shape": shape, "new_tuple": tuple.__new__}
         lines = []  # after the addresses p0, p1, ... are known
         for k, d in enumerate(closable):
             env[f"d{k}"] = d
@@ -537,7 +538,7 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
            epoch: tuple[Callable[[], Any], Any] | None) -> tuple[list[str], dict] | None:
     """The guard of a prepared call made from a call keyed with ``args``, ``kwargs`` (as given), ``ptrs`` and
     ``epoch`` (the function and the value it answered), and the names it reads: lines of ``fast(handle, args,
-    kwargs)`` answering :data:`_MISS` unless the call would build the same key (the checks in the key's order but
+    kwargs)`` answering :data:`MISS` unless the call would build the same key (the checks in the key's order but
     the epoch's, last), the addresses left in ``p0, p1, ...`` in the key's order. None where it cannot say (then
     only the key finds the prepared call)."""
     env: dict[str, Any] = {"DeviceArray": DeviceArray, "layout_key": layout_key}
@@ -595,6 +596,21 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
         env["epoch"], env["gE"] = epoch
         lines.append("    if epoch() != gE:\n        return MISS")
     return lines, env
+
+
+def replay(fn: Callable[..., Any], handle: Any, args: tuple, kwargs: dict) -> Any:
+    """``fn(handle, *args, **kwargs)`` (``fn`` a prepared function) by the prepared call ``fn`` ran last on
+    ``handle``, where this call has its signature; :data:`MISS` otherwise (nothing ran), in a recording too. For a
+    layer that checks its arguments before calling ``fn`` only where they are new (the torch ops)."""
+    if state.rec is not None:
+        return MISS
+    fast = handle.cache.get(CACHE, _NONE).front.get(fn.__wrapped__)  # type: ignore[attr-defined]
+    if fast is None:
+        return MISS
+    try:
+        return fast(handle, args, kwargs)
+    except WorkspaceLimitError:  # the workspace cap was lowered since: the wrapper makes it again
+        return MISS
 
 
 # ---------------------------------------------------------------- forgetting
@@ -715,7 +731,7 @@ elif n < {required}:
 #: the names the generated wrappers read (this module's name too: deprecation warnings look past its frames)
 _CALLER_ENV = {"__name__": __name__, "Handle": Handle, "state": state, "DeviceArray": DeviceArray,
                "layout_key": layout_key, "foreign": foreign, "part": _array_part, "PLAIN": _PLAIN, "CACHE": CACHE,
-               "NONE": _NONE, "Unkeyable": _Unkeyable, "MISS": _MISS, "WorkspaceLimitError": WorkspaceLimitError}
+               "NONE": _NONE, "Unkeyable": _Unkeyable, "MISS": MISS, "WorkspaceLimitError": WorkspaceLimitError}
 
 
 # ---------------------------------------------------------------- the decorator

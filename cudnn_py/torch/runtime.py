@@ -18,7 +18,7 @@ from torch._library.autograd import Info, make_autograd_impl
 
 from cudnn_py.core.caches import handle_cache
 from cudnn_py.core.handle import Handle
-from cudnn_py.calls.prepared import CACHE
+from cudnn_py.calls.prepared import CACHE, MISS, replay
 from cudnn_py.core.workspace import Workspace
 
 __all__ = ["define", "Context", "context", "cache_clear", "eager", "function", "call", "dtype_name",
@@ -156,6 +156,17 @@ class Context:
                 return fn(self.handle, *args, **kwargs)
             with torch.cuda.device(self.index):
                 return fn(self.handle, *args, **kwargs)
+        finally:
+            if self.workspace.captured:
+                self.workspace.end_call()
+
+    def replay(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """:func:`~cudnn_py.calls.prepared.replay` of ``fn`` on this handle where this device is current (else
+        :data:`~cudnn_py.calls.prepared.MISS`): the last prepared call of ``fn`` if this call has its signature."""
+        if _current_device() != self.index:
+            return MISS
+        try:
+            return replay(fn, self.handle, args, kwargs)
         finally:
             if self.workspace.captured:
                 self.workspace.end_call()
