@@ -7,7 +7,7 @@ import enum
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from cudnn_py import capi
 from cudnn_py.clib.status import status_member
@@ -19,38 +19,23 @@ __all__ = ["DIRECTIONS", "AlgoPerf", "algorithm_enum", "real_members", "parse_al
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
 
 
-#: direction -> the names of its C enum, its record struct, and its functions' middle parts
-_NAMES = {"forward": ("cudnnConvolutionFwdAlgo_t", "cudnnConvolutionFwdAlgoPerf_t", "ForwardAlgorithm", "Forward"),
-          "backward_data": ("cudnnConvolutionBwdDataAlgo_t", "cudnnConvolutionBwdDataAlgoPerf_t",
-                            "BackwardDataAlgorithm", "BackwardData"),
-          "backward_filter": ("cudnnConvolutionBwdFilterAlgo_t", "cudnnConvolutionBwdFilterAlgoPerf_t",
-                              "BackwardFilterAlgorithm", "BackwardFilter")}
-
-
-class _Api(NamedTuple):
-    algo_enum: type
-    perf: Any  # the ctypes struct of a record
-    max_count: Any
-    heuristic: Any
-    find: Any
-    find_ex: Any
-    ws_size: Any
+#: direction -> the middle parts of its C names: ``{short}`` in the enum's and record's, ``{long}`` in the functions'
+_NAMES = {"forward": ("Fwd", "Forward"), "backward_data": ("BwdData", "BackwardData"),
+          "backward_filter": ("BwdFilter", "BackwardFilter")}
 
 
 @functools.cache
-def _api(direction: str) -> _Api:
-    """The direction's C enum, record struct and functions (looked up on first use, not at import)."""
+def _api(direction: str, name: str) -> Any:
+    """The capi object the template ``name`` names for the direction (looked up on first use, not at import)."""
     if direction not in _NAMES:
         raise InvalidValueError(f"direction {direction!r}: expected one of {DIRECTIONS}")
-    enum_name, perf_name, alg, ex = _NAMES[direction]
-    return _Api(*(getattr(capi, n) for n in (enum_name, perf_name, f"cudnnGetConvolution{alg}MaxCount",
-                                             f"cudnnGetConvolution{alg}_v7", f"cudnnFindConvolution{alg}",
-                                             f"cudnnFindConvolution{alg}Ex", f"cudnnGetConvolution{ex}WorkspaceSize")))
+    short, long = _NAMES[direction]
+    return getattr(capi, name.format(short=short, long=long))
 
 
 def algorithm_enum(direction: str) -> type[enum.IntEnum]:
     """The capi enum of algorithms for a direction (e.g. ``capi.cudnnConvolutionFwdAlgo_t``)."""
-    return _api(direction).algo_enum
+    return _api(direction, "cudnnConvolution{short}Algo_t")
 
 
 def real_members(direction: str) -> list:
@@ -192,40 +177,42 @@ def _raw(obj):
 def max_algorithm_count(handle, direction: str) -> int:
     """``cudnnGetConvolution*AlgorithmMaxCount``."""
     n = ctypes.c_int()
-    _api(direction).max_count(_raw(handle), ctypes.byref(n))
+    _api(direction, "cudnnGetConvolution{long}AlgorithmMaxCount")(_raw(handle), ctypes.byref(n))
     return n.value
 
 
-def _query(which: str, handle, direction: str, count: int | None, args: tuple, tail: tuple = ()) -> list[AlgoPerf]:
-    """The records ``_api(direction).<which>(handle, *args, count, &returned, records, *tail)`` writes."""
+def _query(name: str, handle, direction: str, count: int | None, args: tuple, tail: tuple = ()) -> list[AlgoPerf]:
+    """The records ``_api(direction, name)(handle, *args, count, &returned, records, *tail)`` writes."""
     count = count or max_algorithm_count(handle, direction)
-    arr, n = (_api(direction).perf * count)(), ctypes.c_int()
-    getattr(_api(direction), which)(_raw(handle), *args, count, ctypes.byref(n), arr, *tail)
+    arr, n = (_api(direction, "cudnnConvolution{short}AlgoPerf_t") * count)(), ctypes.c_int()
+    _api(direction, name)(_raw(handle), *args, count, ctypes.byref(n), arr, *tail)
     return [AlgoPerf.from_struct(direction, arr[i]) for i in range(n.value)]
 
 
 def heuristic_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
     """``cudnnGetConvolution*Algorithm_v7`` on descriptors in cuDNN's order: forward (x, w, conv, y); backward_data
     (w, dy, conv, dx); backward_filter (x, dy, conv, dw)."""
-    return _query("heuristic", handle, direction, count, (_raw(a), _raw(b), _raw(conv), _raw(c)))
+    return _query("cudnnGetConvolution{long}Algorithm_v7", handle, direction, count,
+                  (_raw(a), _raw(b), _raw(conv), _raw(c)))
 
 
 def find_algorithms(handle, direction: str, a, b, conv, c, count: int | None = None) -> list[AlgoPerf]:
     """``cudnnFindConvolution*Algorithm``: runs every algorithm on buffers cuDNN allocates; sorted by time."""
-    return _query("find", handle, direction, count, (_raw(a), _raw(b), _raw(conv), _raw(c)))
+    return _query("cudnnFindConvolution{long}Algorithm", handle, direction, count,
+                  (_raw(a), _raw(b), _raw(conv), _raw(c)))
 
 
 def find_algorithms_ex(handle, direction: str, a, a_ptr: int, b, b_ptr: int, conv, c, c_ptr: int,
                        workspace_ptr: int | None, workspace_bytes: int, count: int | None = None) -> list[AlgoPerf]:
     """``cudnnFindConvolution*AlgorithmEx`` on the caller's buffers (the direction's output is overwritten);
     algorithms needing more than ``workspace_bytes`` are reported with a failing status."""
-    return _query("find_ex", handle, direction, count, (_raw(a), a_ptr, _raw(b), b_ptr, _raw(conv), _raw(c), c_ptr),
-                  (workspace_ptr, workspace_bytes))
+    return _query("cudnnFindConvolution{long}AlgorithmEx", handle, direction, count,
+                  (_raw(a), a_ptr, _raw(b), b_ptr, _raw(conv), _raw(c), c_ptr), (workspace_ptr, workspace_bytes))
 
 
 def workspace_size(handle, direction: str, a, b, conv, c, algo) -> int:
     """``cudnnGetConvolution*WorkspaceSize`` for one algorithm (bytes); raises if the algorithm is unsupported."""
     size = ctypes.c_size_t()
-    _api(direction).ws_size(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c), parse_algo(direction, algo),
-                            ctypes.byref(size))
+    _api(direction, "cudnnGetConvolution{long}WorkspaceSize")(_raw(handle), _raw(a), _raw(b), _raw(conv), _raw(c),
+                                                              parse_algo(direction, algo), ctypes.byref(size))
     return size.value
