@@ -13,6 +13,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cudnn_py import capi
+# the removed preference enums (defined in cudnn_py.removed) and their members
+from cudnn_py.capi import (
+    CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE, CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST,
+    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT, CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE,
+    CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST, CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT,
+    CUDNN_CONVOLUTION_FWD_NO_WORKSPACE, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
+    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT, cudnnConvolutionBwdDataPreference_t,
+    cudnnConvolutionBwdFilterPreference_t, cudnnConvolutionFwdPreference_t)
 from cudnn_py.core.args import bool_arg
 from cudnn_py.calls.fastest_cache import CONV_KEY_FIELDS, AlgorithmCache, CacheFileError, algorithm_cache
 from cudnn_py.calls.algorithm_queries import (DIRECTIONS, AlgoPerf, algorithm_enum, find_algorithms, find_algorithms_ex,
@@ -40,17 +48,6 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------- port of the removed selectors
-
-# one definition of the removed preference enums, in removed.py (capi exports the same objects)
-from cudnn_py.removed import (  # noqa: E402
-    cudnnConvolutionBwdDataPreference_t, cudnnConvolutionBwdFilterPreference_t, cudnnConvolutionFwdPreference_t)
-
-CUDNN_CONVOLUTION_FWD_NO_WORKSPACE, CUDNN_CONVOLUTION_FWD_PREFER_FASTEST, \
-    CUDNN_CONVOLUTION_FWD_SPECIFY_WORKSPACE_LIMIT = cudnnConvolutionFwdPreference_t
-CUDNN_CONVOLUTION_BWD_DATA_NO_WORKSPACE, CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST, \
-    CUDNN_CONVOLUTION_BWD_DATA_SPECIFY_WORKSPACE_LIMIT = cudnnConvolutionBwdDataPreference_t
-CUDNN_CONVOLUTION_BWD_FILTER_NO_WORKSPACE, CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST, \
-    CUDNN_CONVOLUTION_BWD_FILTER_SPECIFY_WORKSPACE_LIMIT = cudnnConvolutionBwdFilterPreference_t
 
 _PREF_TYPES = {"forward": cudnnConvolutionFwdPreference_t, "backward_data": cudnnConvolutionBwdDataPreference_t,
                "backward_filter": cudnnConvolutionBwdFilterPreference_t}
@@ -106,7 +103,7 @@ def _choose(direction, handle, a, b, conv, c, preference, memory_limit, measured
 
 
 def choose_forward_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, w_desc: Any, conv_desc: Any, y_desc: Any,
-                             preference: int = cudnnConvolutionFwdPreference_t.CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
+                             preference: int = CUDNN_CONVOLUTION_FWD_PREFER_FASTEST,
                              memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """The ``cudnnConvolutionFwdAlgo_t`` cuDNN 7's ``cudnnGetConvolutionForwardAlgorithm`` would have chosen on these
     descriptors: the first entry of the ``..._v7`` heuristic list (``measured``: of ``Find`` timings) that is supported
@@ -115,18 +112,14 @@ def choose_forward_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, w
 
 
 def choose_backward_data_algorithm(handle: Handle | capi.cudnnHandle_t, w_desc: Any, dy_desc: Any, conv_desc: Any,
-                                   dx_desc: Any,
-                                   preference: int = (cudnnConvolutionBwdDataPreference_t
-                                                      .CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST),
+                                   dx_desc: Any, preference: int = CUDNN_CONVOLUTION_BWD_DATA_PREFER_FASTEST,
                                    memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """Backward-data counterpart of :func:`choose_forward_algorithm`: a ``cudnnConvolutionBwdDataAlgo_t``."""
     return _choose("backward_data", handle, w_desc, dy_desc, conv_desc, dx_desc, preference, memory_limit, measured)
 
 
 def choose_backward_filter_algorithm(handle: Handle | capi.cudnnHandle_t, x_desc: Any, dy_desc: Any, conv_desc: Any,
-                                     dw_desc: Any,
-                                     preference: int = (cudnnConvolutionBwdFilterPreference_t
-                                                        .CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST),
+                                     dw_desc: Any, preference: int = CUDNN_CONVOLUTION_BWD_FILTER_PREFER_FASTEST,
                                      memory_limit: int = 0, *, measured: bool = False) -> enum.IntEnum:
     """Backward-filter counterpart of :func:`choose_forward_algorithm`: a ``cudnnConvolutionBwdFilterAlgo_t``."""
     return _choose("backward_filter", handle, x_desc, dy_desc, conv_desc, dw_desc, preference, memory_limit,
@@ -191,9 +184,7 @@ def allowed_by_math_type(records: Iterable[AlgoPerf], math_type) -> list[AlgoPer
 def find_workspace(handle, needs: Iterable[int], limit: int | None) -> tuple[int | None, int]:
     """(pointer, bytes) of the workspace for ``Find...Ex``: the largest of ``needs`` (capped at ``limit``) that
     ``handle.workspace`` can get, down to none (cuDNN then reports the algorithms needing more as failing)."""
-    for nbytes in sorted({n if limit is None else min(n, limit) for n in needs}, reverse=True):
-        if nbytes == 0:
-            break
+    for nbytes in sorted({n if limit is None else min(n, limit) for n in needs} - {0}, reverse=True):
         try:
             return handle.workspace.get(nbytes, handle.stream), nbytes
         except Exception:  # noqa: BLE001 - cuda.core's CUDAError (out of device memory): try a smaller need
