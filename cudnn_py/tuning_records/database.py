@@ -360,9 +360,8 @@ class TuningDatabase:
         was there (one transaction); InvalidTypeError or InvalidValueError for what the database cannot hold."""
         kind, key, text = _check_kind(kind), _check_key(key), _dump(value)
         env = self.environment(device)
-        row = (kind, key, text, _digest(kind, key, env, text), time.time(), _writer())
-
-        self._run(lambda c: c.execute(_PUT, (*row[:2], self._env_id(c, env), *row[2:])), write=True)
+        rest = (text, _digest(kind, key, env, text), time.time(), _writer())
+        self._run(lambda c: c.execute(_PUT, (kind, key, self._env_id(c, env), *rest)), write=True)
 
     def lookup(self, kind: str, key: str, *, device: int | None = None) -> dict | None:
         """The value stored under ``(kind, key)`` for the environment of ``device``, or None (also for a record
@@ -379,21 +378,19 @@ class TuningDatabase:
         return value
 
     def _verified(self, kind: str, key: str, env: Environment, text: str, digest: str) -> dict | None:
-        problem = ""
         if digest != _digest(kind, key, env, text):
             problem = "its digest does not match its kind, key, environment and value"
         else:
             try:
                 value = json.loads(text)
-            except (ValueError, RecursionError) as e:
-                value, problem = None, f"its value is not JSON ({e})"
-            if not problem and not isinstance(value, dict):
+                if isinstance(value, dict):
+                    return value
                 problem = "its value is not a JSON object"
-        if problem:
-            warnings.warn(f"tuning database {self._path or '(memory)'}: ignoring the {kind} record for "
-                          f"{key[:160]!r}: {problem}; it will be measured again", TuningWarning, stacklevel=4)
-            return None
-        return value
+            except (ValueError, RecursionError) as e:
+                problem = f"its value is not JSON ({e})"
+        warnings.warn(f"tuning database {self._path or '(memory)'}: ignoring the {kind} record for "
+                      f"{key[:160]!r}: {problem}; it will be measured again", TuningWarning, stacklevel=4)
+        return None
 
     def discard(self, kind: str, key: str, *, device: int | None = None) -> None:
         """Delete the record under ``(kind, key)`` for the environment of ``device`` (nothing if there is none)."""
@@ -542,8 +539,7 @@ def default_database() -> TuningDatabase:
                 warnings.warn(f"tuning database {path}: cannot create its folder ({e.strerror or e}); this process "
                               f"keeps its measurements in memory", TuningWarning, stacklevel=2)
                 path = ":memory:"
-        got = open_database(path)
-        _default[0] = got
+        got = _default[0] = open_database(path)
     return got
 
 
