@@ -3,6 +3,7 @@ when the thread ends (any left: at interpreter exit). Closing one is allowed: th
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -49,7 +50,5 @@ def _close_all() -> None:
         handles = list(_live)
         _live.clear()
     for h in handles:
-        try:
+        with contextlib.suppress(Exception):  # at exit nothing is left to report a failure to
             h.close()
-        except Exception:  # noqa: BLE001 - at exit nothing is left to report a failure to
-            pass

@@ -2,6 +2,7 @@
 :class:`AlgoPerf` of each convolution configuration, in memory and in the tuning database, and checked JSON files."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -198,8 +199,7 @@ class AlgorithmCache:
             try:
                 key = _tuplify(json.loads(rec.key))
                 if isinstance(key, tuple) and key not in out:
-                    perf = AlgoPerf.from_dict(rec.value.get("perf") if isinstance(rec.value.get("perf"), dict)
-                                              else {})
+                    perf = AlgoPerf.from_dict(rec.value.get("perf"))  # not a dict: InvalidTypeError, skipped
                     check_entry(key, perf)
                     out[key] = perf
             except (TypeError, ValueError, OverflowError):
@@ -225,18 +225,15 @@ class AlgorithmCache:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             raise
 
     def load(self, path: str | os.PathLike, merge: bool = True) -> int:
         """Import a file :meth:`save` wrote (all or nothing: :class:`CacheFileError` names the entry and what is
         wrong); ``merge=False`` forgets every other choice first. Returns the number of entries read."""
         from cudnn_py.tuning_records import Record
-        path = os.fspath(path)
-        loaded = _read_cache_file(path)
+        loaded = _read_cache_file(os.fspath(path))
         if not merge:
             self.clear()
         with self._lock:
