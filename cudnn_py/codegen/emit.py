@@ -50,9 +50,8 @@ def module_source(version: str, h: model.Header, earlier: dict[str, str]) -> str
     binding = _binding_imports(h)
     if binding:
         out.append(f"\nfrom ..clib.binding import {', '.join(binding)}\n")
-    own = set(h.names())
     imports: dict[str, list[str]] = {}
-    for name in sorted(_used_names(h) - own):
+    for name in sorted(_used_names(h) - set(h.names())):
         imports.setdefault(earlier[name], []).append(name)
     for mod, names in imports.items():
         out.append(f"from .{mod} import {', '.join(names)}\n")

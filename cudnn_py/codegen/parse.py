@@ -5,6 +5,7 @@ declaration belongs to the header cpp's line markers name. What the preprocessor
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import re
@@ -55,18 +56,14 @@ def find_include_dir() -> Path:
     """The include folder of the installed cuDNN (the nvidia-cudnn wheel, or CUDNN_INCLUDE_DIR)."""
     env = os.environ.get("CUDNN_INCLUDE_DIR")
     candidates = [Path(env)] if env else []
-    try:
+    with contextlib.suppress(Exception):  # an old cuda.pathfinder without header lookup: try the wheel layout
         from cuda.pathfinder import find_nvidia_header_directory
         found = find_nvidia_header_directory("cudnn")
         if found:
             candidates.append(Path(found))
-    except Exception:  # an old cuda.pathfinder without header lookup: fall through to the wheel layout
-        pass
-    try:
+    with contextlib.suppress(ImportError):
         import nvidia.cudnn
         candidates += [Path(p) / "include" for p in nvidia.cudnn.__path__]
-    except ImportError:
-        pass
     for c in candidates:
         if (c / "cudnn.h").is_file():
             return c
@@ -103,13 +100,12 @@ class _Evaluator:
 
     def __call__(self, node):
         if isinstance(node, c_ast.Constant):
-            text = node.value.rstrip("uUlL") if node.type in ("int", "unsigned int", "long", "unsigned long",
-                                                               "long long", "unsigned long long") else node.value
             if node.type in ("float", "double"):
-                return float(text.rstrip("fF"))
+                return float(node.value.rstrip("fF"))
             if node.type == "char":
-                return ord(text.strip("'"))
-            return int(text, 0) if not re.fullmatch(r"0\d+", text) else int(text, 8)
+                return ord(node.value.strip("'"))
+            text = node.value.rstrip("uUlL")
+            return int(text, 8) if re.fullmatch(r"0\d+", text) else int(text, 0)
         if isinstance(node, c_ast.ID):
             return self.names[node.name]
         if isinstance(node, c_ast.Cast):
@@ -329,11 +325,9 @@ def read_headers(include_dir: Path, stubs: Path) -> tuple[str, list[model.Header
         **{d.name: d.value for d in headers["cudnn_version.h"].defines})
     merged: dict[str, model.Header] = {}
     for f, h in headers.items():
-        if h.module in merged:
-            m = merged[h.module]
+        m = merged.setdefault(h.module, h)
+        if m is not h:
             for kind in ("enums", "structs", "opaques", "callbacks", "functions", "defines"):
                 getattr(m, kind).extend(getattr(h, kind))
             m.file += f", {f}"
-        else:
-            merged[h.module] = h
     return version, [merged[m] for m in MODULES]
