@@ -138,18 +138,6 @@ def _loaded_path(cdll: ctypes.CDLL) -> str:
     return cdll._name
 
 
-def _try_paths(paths: list[Path], found_via: str, tried: list[str]) -> Library | None:
-    for p in paths:
-        if not p.is_file():
-            tried.append(f"{found_via}: {p} (no such file)")
-            continue
-        try:
-            return _open(str(p), found_via)
-        except OSError as e:
-            tried.append(f"{found_via}: {p} ({e})")
-    return None
-
-
 def locate(environ: dict[str, str] | None = None) -> Library:
     """Search for libcudnn as the module docstring says; raise :class:`LibraryNotFoundError` listing every try."""
     env = os.environ if environ is None else environ
@@ -160,9 +148,14 @@ def locate(environ: dict[str, str] | None = None) -> Library:
                        ("CUDNN_PATH", _candidates_in)):
         value = env.get(var)
         if value:
-            found = _try_paths(paths(Path(value)), f"${var}", tried)
-            if found:
-                return found
+            for p in paths(Path(value)):
+                if not p.is_file():
+                    tried.append(f"${var}: {p} (no such file)")
+                    continue
+                try:
+                    return _open(str(p), f"${var}")
+                except OSError as e:
+                    tried.append(f"${var}: {p} ({e})")
             raise LibraryNotFoundError(_report(tried, f"${var} is set, so nothing else was tried"))
 
     try:
