@@ -28,7 +28,7 @@ from cudnn_py.core.blocks import taker
 from cudnn_py.core.foreign import Signature as Signature, check_cuda_array_interface, is_torch_tensor as is_torch_tensor
 from cudnn_py.core.streams import StreamLike, annotation_only, as_stream, cuda_core, get_device
 from cudnn_py.core.strided import (MAX_BYTES, array_dtype, c_strides, check_extent, extent, is_c_contiguous,
-                                   non_overlapping, normalize_shape)
+                                   normalize_shape)
 
 if TYPE_CHECKING:
     from cuda.core import Device, Stream
@@ -320,21 +320,6 @@ else:
 Out = TypeVar("Out", bound=DeviceArrayLike)
 
 
-def _plan(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> tuple:
-    """The arguments of :func:`_maker` for a new C-contiguous array, checked."""
-    shape = normalize_shape(shape)
-    dtype = array_dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
-        raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
-                                f"2**63 - 1 can be addressed")
-    dev = get_device(device)
-    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
-    strides = c_strides(shape)
-    key = _key_of(shape, strides, dtype, dev.device_id)
-    return dev, s, shape, dtype, strides, nbytes, key
-
-
 def array_maker(shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...], device_id: int,
                 contiguous: bool | None, key: LayoutKey | None) -> Callable[[int, Any, Any], DeviceArray]:
     """``make(ptr, owner, stream)``: :meth:`DeviceArray.from_parts` of one checked layout, its sizes worked out once
@@ -366,10 +351,6 @@ def _maker(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any],
     return new
 
 
-def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
-    return _maker(*_plan(shape, dtype, stream, device))()
-
-
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
               device: int | Device | None = None) -> Callable[[], DeviceArray]:
     """A function making a new :func:`empty` array of ``shape`` and ``dtype`` on ``stream`` per call, checked once.
@@ -377,7 +358,20 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
     """
-    return _maker(*_plan(shape, dtype, stream, device))
+    shape = normalize_shape(shape)
+    dtype = array_dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
+        raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
+                                f"2**63 - 1 can be addressed")
+    dev = get_device(device)
+    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
+    strides = c_strides(shape)
+    return _maker(dev, s, shape, dtype, strides, nbytes, _key_of(shape, strides, dtype, dev.device_id))
+
+
+def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
+    return allocator(shape, dtype, stream, device=device)()
 
 
 class Output:
