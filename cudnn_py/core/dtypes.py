@@ -30,8 +30,9 @@ if _ml is not None:
         ("float8_e8m0fnu", "FP8_E8M0"), ("float4_e2m1fn", "FP4_E2M1"))
         if hasattr(_ml, t) and f"CUDNN_DATA_{m}" in _DT.__members__]
 
-#: The NumPy dtypes that have a cuDNN data type, in table order.
+#: The NumPy dtypes that have a cuDNN data type, in table order (and their names, for messages).
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = tuple(d for d, _ in _PAIRS)
+SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
 
 _TO_CUDNN: dict = {d: c for d, c in _PAIRS}
 _TO_NUMPY: dict = {int(c): d for d, c in _PAIRS}
@@ -47,10 +48,6 @@ ALIASES: dict[str, str] = {"fp64": "float64", "fp32": "float32", "fp16": "float1
 _LOOKUP = shared("dtypes.spellings", maxsize=256)
 
 
-def _supported_names() -> str:
-    return ", ".join(d.name for d in SUPPORTED_DTYPES)
-
-
 def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
     """The ``cudnnDataType_t`` for a NumPy dtype-like (``np.float32``, ``"float16"``, ``ml_dtypes.bfloat16``) or a
     short name of :data:`ALIASES` (``"bf16"``, any case); a member passes through. :class:`TypeError` for a dtype
@@ -63,15 +60,14 @@ def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
         return dtype
     if dtype is None or isinstance(dtype, (bool, int, float, np.bool_, np.number)):
         # np.dtype(None) is float64 and np.dtype(25) a type number: neither is a dtype a caller means
-        raise InvalidTypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()} (or a "
-                               f"cudnnDataType_t)")
+        raise InvalidTypeError(f"{dtype!r} is not a dtype; expected one of: {SUPPORTED_NAMES} (or a cudnnDataType_t)")
     try:
         npd = as_numpy_dtype(dtype)
     except (TypeError, ValueError, SyntaxError, AttributeError, RecursionError) as e:
-        raise InvalidTypeError(f"{dtype!r} is not a dtype; expected one of: {_supported_names()}") from e
+        raise InvalidTypeError(f"{dtype!r} is not a dtype; expected one of: {SUPPORTED_NAMES}") from e
     result = _TO_CUDNN.get(npd)
     if result is None:
-        raise InvalidTypeError(f"dtype {npd} ({dtype!r}) has no cuDNN data type; supported: {_supported_names()}")
+        raise InvalidTypeError(f"dtype {npd} ({dtype!r}) has no cuDNN data type; supported: {SUPPORTED_NAMES}")
     try:
         _LOOKUP[dtype] = result
     except TypeError:  # unhashable spelling

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from cudnn_py.core.caches import shared
-from cudnn_py.core.dtypes import SUPPORTED_DTYPES, as_numpy_dtype
+from cudnn_py.core.dtypes import SUPPORTED_DTYPES, SUPPORTED_NAMES, as_numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 
 __all__ = ["c_strides", "is_c_contiguous", "non_overlapping", "check_layout", "memory_order", "preserved_strides",
@@ -136,15 +136,13 @@ def array_dtype(dtype: Any) -> np.dtype:
     except (KeyError, TypeError):
         pass
     if dtype is None:  # np.dtype(None) is float64: not what a caller who passed nothing means
-        raise InvalidTypeError("dtype None is not a dtype; expected one of: "
-                               "" + ", ".join(x.name for x in SUPPORTED_DTYPES))
+        raise InvalidTypeError(f"dtype None is not a dtype; expected one of: {SUPPORTED_NAMES}")
     try:
         d = as_numpy_dtype(dtype)
     except TypeError as e:
         raise InvalidTypeError(f"{dtype!r} is not a dtype") from e
     if d not in _SUPPORTED:
-        names = ", ".join(x.name for x in SUPPORTED_DTYPES)
-        raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {names}")
+        raise InvalidTypeError(f"dtype {d} is not supported by cuDNN; expected one of: {SUPPORTED_NAMES}")
     if isinstance(dtype, (str, type)):
         _SPELLINGS[dtype] = d
     return d
