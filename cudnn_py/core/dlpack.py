@@ -85,15 +85,11 @@ def capsule(ptr: int, shape: tuple, strides: tuple, dtype: np.dtype,
         raise BufferError(f"dtype {dtype} cannot be exported through DLPack")
     ndim = len(shape)
     dims = (ctypes.c_int64 * max(2 * ndim, 1))(*shape, *strides)
-    managed = _DLManagedTensor()
-    t = managed.dl_tensor
-    t.data = ptr or None
-    t.device = _DLDevice(*device)
-    t.ndim = ndim
-    t.dtype = _DLDataType(code, dtype.itemsize * 8, 1)
-    t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
-    t.strides = ctypes.cast(ctypes.byref(dims, 8 * ndim), ctypes.POINTER(ctypes.c_int64))
-    managed.deleter = _dl_deleter
+    int64_p = ctypes.POINTER(ctypes.c_int64)
+    managed = _DLManagedTensor(_DLTensor(
+        data=ptr or None, device=_DLDevice(*device), ndim=ndim, dtype=_DLDataType(code, dtype.itemsize * 8, 1),
+        shape=ctypes.cast(dims, int64_p), strides=ctypes.cast(ctypes.byref(dims, 8 * ndim), int64_p)),
+        deleter=_dl_deleter)
     address = ctypes.addressof(managed)
     _EXPORTS[address] = (managed, dims, owner)
     try:
