@@ -22,7 +22,7 @@ from numpy.typing import DTypeLike
 
 from cudnn_py.core import caches
 from cudnn_py import capi
-from cudnn_py._deprecation import alias, renamed_kwargs, warn
+from cudnn_py._deprecation import alias, renamed_attribute, renamed_kwargs
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.errors import InvalidTypeError, InvalidValueError
 from cudnn_py.core.handle import CObject
@@ -205,7 +205,7 @@ def _layout(value) -> capi.cudnnTensorFormat_t:
 
 
 class _ArrayDescriptor(Descriptor):
-    """What :class:`TensorDescriptor` and :class:`FilterDescriptor` share: ``ndim``, ``nbytes``, ``format``."""
+    """What :class:`TensorDescriptor` and :class:`FilterDescriptor` share: ``ndim`` and ``nbytes``."""
 
     _size_fn: str  # the capi function that answers nbytes
     shape: Any
@@ -220,12 +220,6 @@ class _ArrayDescriptor(Descriptor):
         n = c_size_t()
         getattr(capi, self._size_fn)(self.ptr, byref(n))
         return n.value
-
-    @property
-    def format(self):
-        """Deprecated: :attr:`layout`."""
-        warn(f"{type(self).__name__}.format is deprecated, use {type(self).__name__}.layout")
-        return self.layout
 
 
 class TensorDescriptor(_ArrayDescriptor):
@@ -285,6 +279,7 @@ class TensorDescriptor(_ArrayDescriptor):
     dtype = read_back(0, "The ``cudnnDataType_t``.")
     shape = read_back(1, "The dimensions (``tuple[int, ...]``).")
     strides = read_back(2, "Strides in elements, as cuDNN stores them.")
+    format = renamed_attribute("layout", "TensorDescriptor.format is deprecated, use TensorDescriptor.layout")
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -349,6 +344,7 @@ class FilterDescriptor(_ArrayDescriptor):
     dtype = read_back(0, "The ``cudnnDataType_t``.")
     layout = read_back(1, "The ``cudnnTensorFormat_t`` (memory order of the weights).")
     shape = read_back(2, "The dimensions (K, C/groups, spatial...).")
+    format = renamed_attribute("layout", "FilterDescriptor.format is deprecated, use FilterDescriptor.layout")
 
     @classmethod
     def shared(cls, shape, dtype=np.float32, layout=None, **old) -> FilterDescriptor:  # type: ignore[override]
