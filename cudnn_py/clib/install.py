@@ -2,6 +2,7 @@
 telling the user to install something asks here."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -61,11 +62,9 @@ def cuda_major() -> int | None:
     """The CUDA major of the CUDA packages installed beside cudnn-py (its ``cu12`` / ``cu13`` extra), or None."""
     from importlib.metadata import PackageNotFoundError, version
     for major in (12, 13):
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             version(f"nvidia-cudnn-cu{major}")
             return major
-        except PackageNotFoundError:
-            pass
     try:
         return int(version("cuda-bindings").split(".")[0])
     except (PackageNotFoundError, ValueError):

@@ -6,6 +6,7 @@ report cuDNN 9 through ``cudnnGetVersion`` after it; one that fails is listed wi
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import struct
@@ -129,12 +130,10 @@ def _open(path: str | None, found_via: str) -> Library:
 
 def _loaded_path(cdll: ctypes.CDLL) -> str:
     """The file a handle was loaded from, read from the process's memory map."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/self/maps").read_text().splitlines():
             if line.endswith(SONAME) or "/libcudnn.so.9." in line:
                 return line.split(maxsplit=5)[-1]
-    except OSError:
-        pass
     return cdll._name
 
 

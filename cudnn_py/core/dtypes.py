@@ -3,6 +3,7 @@ types where installed; cuDNN's vectorised types map back to their storage elemen
 for alpha/beta."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import numpy as np
@@ -68,10 +69,8 @@ def cudnn_dtype(dtype: DTypeLike | int) -> capi.cudnnDataType_t:
     result = _TO_CUDNN.get(npd)
     if result is None:
         raise InvalidTypeError(f"dtype {npd} ({dtype!r}) has no cuDNN data type; supported: {SUPPORTED_NAMES}")
-    try:
+    with contextlib.suppress(TypeError):  # an unhashable spelling is not remembered
         _LOOKUP[dtype] = result
-    except TypeError:  # unhashable spelling
-        pass
     return result
 
 
