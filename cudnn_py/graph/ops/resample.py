@@ -51,9 +51,6 @@ class _Resample(Op):
             strides=frac(p["stride"])).finalize()
         self.add_to(ctx, rs, alpha=1.0, beta=0.0, desc=rs)
 
-    def describe(self) -> str:
-        return super().describe().replace(self.kind, f"{self.kind}[{self.params['mode']}]", 1)
-
 
 class ResampleForward(_Resample):
     """y (and, for max pooling, the window index) = pool(x)."""
