@@ -197,8 +197,6 @@ def to_c_array(spec_name: str, type_name: str, values: list, keep: list):
             else:
                 raise InvalidTypeError(f"{spec_name} takes fractions (int or fractions.Fraction), got "
                                        f"{type(v).__name__}")
-        elif type_name == "CHAR":
-            raise InvalidTypeError("CHAR attributes are set from one str/bytes value, not element by element")
         else:
             out.append(_enum_value(enum_class(type_name), type_name, v, spec_name))
     return (ct * max(len(out), 1))(*out)
