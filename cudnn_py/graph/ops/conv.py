@@ -60,16 +60,15 @@ class ConvWgrad(ConvDgrad):
 class ConvBuilders(Builder):
     """The :class:`~cudnn_py.graph.Graph` methods that add convolutions."""
 
-    def _conv_operands(self, kind: str, a, b, roles: tuple[str, str], *params):
-        """The two operands (of this graph, one dtype and one rank >= 3) and the :meth:`_conv_params` of ``params``."""
+    def _conv_operands(self, kind: str, a, b, roles: tuple[str, str], padding, stride, dilation, post_padding,
+                       compute_dtype, alpha, beta, conv_mode):
+        """The two operands (of this graph, one dtype and one rank >= 3) and the operation's parameters, checked."""
         a, b = self._own(a, roles[0]), self._own(b, roles[1])
         self._same_dtype(kind, a, b)
         if a.ndim < 3 or b.ndim != a.ndim:
             raise InvalidValueError(f"{kind} needs {roles[0]} and {roles[1]} of the same rank >= 3, got {a.shape} and "
                                     f"{b.shape}")
-        return a, b, self._conv_params(a.ndim - 2, *params)
-
-    def _conv_params(self, nsp, padding, stride, dilation, post_padding, compute_dtype, alpha, beta, conv_mode):
+        nsp = a.ndim - 2
         pad = ints(padding, nsp, "padding", 0)
         post = pad if post_padding is None else ints(post_padding, nsp, "post_padding", 0)
         if isinstance(conv_mode, str):
@@ -80,9 +79,9 @@ class ConvBuilders(Builder):
         elif not isinstance(conv_mode, capi.cudnnConvolutionMode_t):
             raise InvalidTypeError(f"conv_mode must be a string or cudnnConvolutionMode_t, got "
                                    f"{type(conv_mode).__name__}")
-        return dict(padding=pad, post_padding=post, stride=ints(stride, nsp, "stride", 1),
-                    dilation=ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
-                    alpha=float_arg(alpha, "alpha"), beta=float_arg(beta, "beta"), conv_mode=conv_mode)
+        return a, b, dict(padding=pad, post_padding=post, stride=ints(stride, nsp, "stride", 1),
+                          dilation=ints(dilation, nsp, "dilation", 1), compute_dtype=self._compute(compute_dtype),
+                          alpha=float_arg(alpha, "alpha"), beta=float_arg(beta, "beta"), conv_mode=conv_mode)
 
     def conv_fprop(self, x: Tensor, w: Tensor, padding: Any = 0, stride: Any = 1, dilation: Any = 1, *,
                    post_padding: Any = None, compute_dtype: Any = None, alpha: float = 1.0, beta: float = 0.0,

@@ -185,10 +185,12 @@ class NormBuilders(Builder):
             raise InvalidValueError(f"{what}: {role} must have shape {shape} (x {x.shape}), got {t.shape}")
         return t
 
-    def _positive(self, v, what: str) -> float:
+    def _positive(self, v, what: str, most: float = float("inf")) -> float:
         f = float_arg(v, what)
         if not f > 0:
             raise InvalidValueError(f"{what} must be > 0, got {v!r}")
+        if f > most:
+            raise InvalidValueError(f"{what} must be in (0, {most:g}], got {v!r}")
         return f
 
     def _stat_out(self, shape, name, suffix):
@@ -256,9 +258,7 @@ class NormBuilders(Builder):
             raise InvalidValueError("batch_norm: give both running_mean and running_var, or neither")
         running = {}
         if running_mean is not None:
-            mom = self._positive(momentum, "momentum")
-            if mom > 1:
-                raise InvalidValueError(f"momentum must be in (0, 1], got {momentum!r}")
+            mom = self._positive(momentum, "momentum", 1)
             running = {"running_mean": self._stat(x, running_mean, "running_mean", stat, "batch_norm"),
                        "running_var": self._stat(x, running_var, "running_var", stat, "batch_norm")}
         inputs = {"x": x, "scale": scale, "bias": bias, "epsilon": self.scalar(eps, ndim=x.ndim)}
@@ -268,8 +268,7 @@ class NormBuilders(Builder):
         if running:
             inputs.update(running)
             inputs["momentum"] = self.scalar(mom, ndim=x.ndim)
-            outputs["next_running_mean"] = self._stat_out(stat, name, "running_mean")
-            outputs["next_running_var"] = self._stat_out(stat, name, "running_var")
+            outputs.update({f"next_{k}": self._stat_out(stat, name, k) for k in ("running_mean", "running_var")})
         self.add_op(NormForward(inputs, outputs, {"mode": _mode("batch"), "training": True}, name))
         return BatchNormOutputs(outputs["y"], outputs["mean"], outputs["inv_variance"],
                                 outputs.get("next_running_mean"), outputs.get("next_running_var"))
@@ -325,9 +324,7 @@ class NormBuilders(Builder):
         if running_mean is None or running_var is None:
             raise InvalidValueError("bn_finalize needs running_mean= and running_var= (cuDNN does not finalize the "
                                     "operation without the running-average update)")
-        mom = self._positive(momentum, "momentum")
-        if mom > 1:
-            raise InvalidValueError(f"momentum must be in (0, 1], got {momentum!r}")
+        mom = self._positive(momentum, "momentum", 1)
         running = {"running_mean": self._stat(s, running_mean, "running_mean", shape, "bn_finalize"),
                    "running_var": self._stat(s, running_var, "running_var", shape, "bn_finalize")}
         # every check is done: make the tensors (in the order their uids always had: the plan-store keys)
@@ -336,8 +333,7 @@ class NormBuilders(Builder):
         outs = {k: self._stat_out(shape, name, k) for k in ("eq_scale", "eq_bias", "mean", "inv_std")}
         ins.update(running)
         ins["momentum"] = self.scalar(mom, ndim=s.ndim)
-        outs["next_running_mean"] = self._stat_out(shape, name, "running_mean")
-        outs["next_running_var"] = self._stat_out(shape, name, "running_var")
+        outs.update({f"next_{k}": self._stat_out(shape, name, k) for k in ("running_mean", "running_var")})
         self.add_op(BNFinalize(ins, outs, {"compute_dtype": self._compute(compute_dtype)}, name))
         return BNFinalizeOutputs(*outs.values())
 

@@ -69,11 +69,9 @@ class Pointwise(Op):
     def lower(self, ctx: LowerContext) -> None:
         p = self.params
         pw = BackendDescriptor("POINTWISE", mode=p["mode"], math_prec=p["compute_dtype"])
-        for k in _FLOAT_PARAMS:
+        for k in (*_FLOAT_PARAMS, "axis"):
             if p.get(k) is not None:
-                pw.set(k, float(p[k]))
-        if p.get("axis") is not None:
-            pw.set("axis", int(p["axis"]))
+                pw.set(k, p[k])
         self.add_to(ctx, pw, pw_descriptor=pw.finalize())
 
 
