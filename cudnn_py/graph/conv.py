@@ -260,7 +260,6 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
         if bias.size != k:
             raise InvalidValueError(f"bias must hold one value per output channel ({k}), got shape {bias.shape}")
         bias = _view(conv, bias.reshape(1, k, *ones) if conv.layout == "NCHW" else bias.reshape(1, *ones, k))
-    ndim = a.ndim
     kw = dict(_params(conv, direction, a.shape, b.shape, o.shape if o is not None else
                       None if shape is None else tuple(shape)),
               alpha=alpha, beta=beta, autotune=algo.lower() == "fastest")
@@ -272,4 +271,4 @@ def convolution(direction: str, handle, conv, a, b, out=None, *, engine: str = "
     else:
         r = _backward("dgrad" if direction == "backward_data" else "wgrad", handle, av, bv, ov,
                       None if shape is None else _view_shape(conv, shape), **kw)
-    return out if out is not None else _result(conv, r, ndim)
+    return out if out is not None else _result(conv, r, a.ndim)

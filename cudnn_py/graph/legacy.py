@@ -226,9 +226,8 @@ def run_graph(handle, name: str, params: tuple, inputs: Sequence[tuple[str, Devi
             t.set_output(True).set_dtype(ov.dtype).set_name(role)
             t.strides = strides(ov)
             outs.append(t)
-        tensors = [*ts.values(), *outs]
         runner.plan_graph(g, handle, dict(zip(ts.values(), views)), dict(zip(outs, ovs)), autotune)
-        return runner.Runner(g.plan, handle, tensors), view
+        return runner.Runner(g.plan, handle, [*ts.values(), *outs]), view
 
     memo = getattr(_builds, "memo", None)
     got = None if memo is None else memo.get(key)
