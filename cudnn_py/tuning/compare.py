@@ -203,6 +203,7 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
     ``errors``: what means "does not run"; ``hold``: held while configurations are visited (a worker's device lock).
     Returns the race's account: the margin (None when exhaustive), how many were pruned and checked, seconds by
     phase, and the pruned configurations within the margin of the best that agrees."""
+    progress = progress or Progress(None, 0)  # (one that writes nothing)
     pos = {m: {t: i for i, t in enumerate(order)} for m, order in orders.items()}
     ran: set[str] = set()
     best: float | None = None
@@ -232,12 +233,10 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
             row.setdefault("checked", False)
             row.setdefault("samples", 0)
             if row.get("reason"):
-                if progress:
-                    progress.config(tag)
+                progress.config(tag)
                 continue
             got = None
-            if progress:
-                progress.visit(tag, "time")
+            progress.visit(tag, "time")
             try:
                 t0 = time.perf_counter()
                 plan = timed("build", lambda: build(row, cfg))
@@ -257,8 +256,7 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
                         got = timed("check", lambda: check(plan))
             except errors as e:
                 row["reason"], row["pruned"] = " ".join(str(e).split())[:300], False
-                if progress:
-                    progress.config(tag)
+                progress.config(tag)
                 continue
             good = [float(t) for t in times if _finite(t)]
             row["samples"] = len(times)
@@ -273,8 +271,7 @@ def race(entries: Sequence[tuple[dict, Any]], *, build: Callable[[dict, Any], An
                     samples[tag], checked_rows[tag] = got, row
                     if not row["pruned"] and all(np.isfinite(a).all() for a in got):
                         best = row["ms"] if best is None else min(best, row["ms"])
-            if progress:
-                progress.config(tag, row["pruned"])
+            progress.config(tag, row["pruned"])
     timed("agreement", lambda: agreement(samples, checked_rows, dtype))
     standing = [r["ms"] for r in checked_rows.values() if r["agrees"] and not r["pruned"]]
     doubtful = [] if exhaustive or not standing else \

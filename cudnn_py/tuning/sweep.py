@@ -123,26 +123,22 @@ def build_graph(p: Problem):
 
 
 def _norm(g, p: Problem, op: Norm) -> None:
-    if op.mode == "batch":
+    mode = "layer" if op.mode == "group" else op.mode
+    if mode == "batch":
         layout = "NHWC" if p.layout == "NHWC" else None
         shape, param, stat = (p.batch, op.c, op.h, op.w), (1, op.c, 1, 1), (1, op.c, 1, 1)
-        mode = "batch"
     else:
         rows, feats = (p.batch * op.groups, op.c // op.groups * op.h * op.w) if op.mode == "group" else \
             (p.batch * op.h * op.w, op.c)
         layout, shape, param, stat = None, (rows, feats, 1, 1), (1, feats, 1, 1), (rows, 1, 1, 1)
-        mode = "layer" if op.mode == "group" else op.mode
     x = g.tensor(shape, name="x", layout=layout)
     scale = g.tensor(param, dtype="float32", name="scale")
     rms = mode == "rms"
     if p.pass_ == "forward":
         bias = g.tensor(param, dtype="float32", name="bias") if not rms or op.bias else None
-        if mode == "batch":
-            outs = g.batch_norm(x, scale, bias)
-            _outputs(outs.y, outs.mean, outs.inv_variance, layout=layout)
-        else:
-            y, mean, inv = g.norm_forward(x, scale, bias, mode=mode, training=True)
-            _outputs(y, mean, inv, layout=layout)
+        outs = (g.batch_norm(x, scale, bias)[:3] if mode == "batch" else  # y, mean, inv_variance
+                g.norm_forward(x, scale, bias, mode=mode, training=True))
+        _outputs(*outs, layout=layout)
     else:
         dy = g.tensor(shape, name="dy", layout=layout)
         mean = None if rms else g.tensor(stat, dtype="float32", name="mean")
@@ -210,6 +206,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
     import cudnn_py.graph as G
     from cudnn_py.errors import CudnnPyError
     from cudnn_py.graph.plans import l2_flush
+    progress = progress or Progress(None, 0)  # (one that writes nothing)
     t0 = time.perf_counter()
     rec = header(p, settings)
     try:
@@ -217,15 +214,13 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
         g.lower(h)
     except CudnnPyError as e:
         rec["problem"] = " ".join(str(e).split())[:400]
-        if progress:
-            progress.begin(p.key, 0)
+        progress.begin(p.key, 0)
         return rec
     configs, rec["order"], errors = heuristics(g, h, settings.modes, settings.max_configs)
     if errors:
         rec["mode_errors"] = {m: " ".join(str(e).split())[:300] for m, e in errors.items()}
     seconds_heuristics = round(time.perf_counter() - t0, 4)
-    if progress:
-        progress.begin(p.key, len(configs))
+    progress.begin(p.key, len(configs))
     failed = failed or {}
     entries = []
     for tag, cfg in configs.items():
@@ -240,8 +235,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
     for row, cfg in entries:
         if row["reason"]:
             continue
-        if progress:
-            progress.visit(row["tag"], "build")
+        progress.visit(row["tag"], "build")
         t1 = time.perf_counter()
         try:
             plan = plans[row["tag"]] = G.Plan.build(g, h, cfg)
@@ -249,8 +243,7 @@ def measure(p: Problem, h, settings: Settings = Settings(), progress: Progress |
         except Exception as e:  # noqa: BLE001 - raised again when the race takes it, which records cuDNN's reason
             plans[row["tag"]] = e
         row["build_ms"] = (time.perf_counter() - t1) * 1e3
-        if progress:
-            progress.built(row["tag"])
+        progress.built(row["tag"])
     build_wall = time.perf_counter() - t0
 
     def take(row: dict, cfg) -> Any:    # the race takes each plan built (or raises its build's error)

@@ -43,26 +43,23 @@ class DeviceLock:
 
     def __init__(self, path: str, waiting: Callable[[bool], None] | None = None,
                  settle: Callable[[], None] | None = None):
-        self.path, self.waiting, self.settle = path, waiting, settle
+        self.path, self.waiting, self.settle = path, waiting or (lambda held: None), settle or (lambda: None)
         self._fd: int | None = None
 
     def __enter__(self) -> DeviceLock:
         import fcntl
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        if self.waiting:
-            self.waiting(True)
+        self.waiting(True)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
-        if self.waiting:
-            self.waiting(False)
+        self.waiting(False)
         return self
 
     def __exit__(self, *exc: object) -> None:
         import fcntl
         assert self._fd is not None
         try:
-            if self.settle:
-                self.settle()
+            self.settle()
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
