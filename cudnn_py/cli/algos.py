@@ -65,16 +65,14 @@ def _int_list(text: str) -> tuple[int, ...]:
     return vals
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be >= {minimum}")
-        return value
-    return parse
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
+    return value
 
 
 def _padding(text: str):
@@ -136,10 +134,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     sweep.add_argument("--math", type=_choice_list(MATHS), default=MATHS, help=f"{','.join(MATHS)} or all")
     sweep.add_argument("--repeats", type=int, default=10, help="timed runs per algorithm (median reported)")
     sweep.add_argument("--warmup", type=int, default=2, help="untimed runs per algorithm first (default 2)")
-    sweep.add_argument("--workspace-limit", type=_at_least(0), default=None, help="skip algorithms needing more bytes")
+    sweep.add_argument("--workspace-limit", type=_non_negative, default=None, help="skip algorithms needing more bytes")
     sweep.add_argument("--no-check", action="store_true", help="skip the float64 reference comparison")
-    sweep.add_argument("--seed", type=_at_least(0), default=0, help="seed of the random inputs (default 0)")
-    sweep.add_argument("--device", type=_at_least(0), default=0, help="CUDA device ordinal (default 0)")
+    sweep.add_argument("--seed", type=_non_negative, default=0, help="seed of the random inputs (default 0)")
+    sweep.add_argument("--device", type=_non_negative, default=0, help="CUDA device ordinal (default 0)")
     out = p.add_argument_group("output")
     out.add_argument("--csv", metavar="PATH", help="also write the table as CSV, one row per algorithm")
     out.add_argument("--json", metavar="PATH", help="also write the configuration and rows as JSON")
@@ -308,8 +306,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
     refs = {}
     if check:
         x64, w64, dy64 = (a.astype(np.float64) for a in (x_h, w_h, dy_h))
-        for d in directions:
-            refs[d] = reference(d, cfg, x64, w64, dy64)
+        refs = {d: reference(d, cfg, x64, w64, dy64) for d in directions}
     rows: list[Row] = []
     total = len(maths) * sum(len(alg.real_members(d)) for d in directions)
     done = 0

@@ -146,18 +146,15 @@ def _conv_problem(args) -> Problem:
             out.strides = packed_strides(out.shape, "NHWC")
         return g, ins, out
 
-    def reference(h):
-        return algos.reference(direction, cfg, h["x"], h["w"], h["dy"])
-
     def torch_conv():
         import torch
         torch.backends.cudnn.benchmark = True
         fmt = torch.channels_last if layout else torch.contiguous_format
         xt, wt = (_randn(s, cfg.dtype).to(memory_format=fmt) for s in (cfg.x_shape, cfg.w_shape))
-        pad = tuple(p[0] for p in pads)
-        return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, pad, dil, cfg.groups)
+        return lambda: torch.nn.functional.conv2d(xt, wt, None, stride, kw["padding"], dil, cfg.groups)
     return Problem("conv", f"conv {direction} x={cfg.x_shape} w={cfg.w_shape} pad={cfg.padding} "
-                           f"stride={cfg.stride} {cfg.dtype} {cfg.layout}", make, reference, cfg.flops(),
+                           f"stride={cfg.stride} {cfg.dtype} {cfg.layout}", make,
+                   lambda h: algos.reference(direction, cfg, h["x"], h["w"], h["dy"]), cfg.flops(),
                    torch_conv if cfg.nd == 2 and direction == "forward" else None,
                    {"x": cfg.x_shape, "w": cfg.w_shape, "dy": y_shape})
 
@@ -166,8 +163,7 @@ def _matmul_problem(b, m, n, k, dt) -> Problem:
     def make():
         g = _graph(dt, "matmul")
         a, bb = g.tensor((b, m, k), name="a"), g.tensor((b, k, n), name="b")
-        c = g.matmul(a, bb).set_output(True).set_name("out")
-        return g, (a, bb), c
+        return g, (a, bb), g.matmul(a, bb).set_output(True).set_name("out")
 
     def torch_fn():
         import torch
@@ -286,9 +282,7 @@ def sweep(problem: Problem, modes=MODES, repeats: int = 10, warmup: int = 2, che
             if check and ref is not None:
                 row.max_rel_error = algos.rel_error(got, ref)
             if a_pick is None and "A" in sources[cfg.tag]:
-                a_pick = row
-        if a_pick is not None:
-            a_pick.pick = "A"
+                a_pick, row.pick = row, "A"
         for m, err in errors.items():
             rows.append(Row(problem.kind, "", "-", False, f"heuristics {m}: {err}"))
     if torch_row and problem.torch_fn is not None:
