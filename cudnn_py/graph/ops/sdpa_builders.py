@@ -437,7 +437,7 @@ class SdpaBuilders(Builder):
             seed=seed, offset=offset, backward=True, sink=sink, ragged=dict(
                 q=ragged_offset_q, k=ragged_offset_k, v=ragged_offset_v, o=ragged_offset_o, stats=ragged_offset_stats))
         outs = self._sdpa_bwd_io(what, ins, o, do, stats, name)
-        q, (b, hq, sq, d) = ins["q"], ins["q"].shape
+        b, hq, sq, d = ins["q"].shape
         if rag:
             self._sdpa_set_offset(what, ins["o"], rag["o"], "o")
             self._sdpa_set_offset(what, ins["do"], rag["o"], "do")
