@@ -569,7 +569,7 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
             env.update({f"gT{j}": t, f"gS{j}": v.shape, f"gR{j}": v.stride(), f"gD{j}": v.dtype,
                         f"gG{j}": v.get_device()})
             lines.append(f"    if type({var}) is not gT{j} or {var}.shape != gS{j} or {var}.stride() != gR{j} or "
-                         f"{var}.dtype != gD{j} or {var}.get_device() != gG{j}:\n{miss}\n"
+                         f"{var}.dtype is not gD{j} or {var}.get_device() != gG{j}:\n{miss}\n"
                          f"    p{slot} = {var}.data_ptr()")
         else:
             return None

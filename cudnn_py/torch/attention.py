@@ -25,7 +25,6 @@ from .runtime import call, context, define, eager, empty_like_layout, function
 __all__ = ["sdpa", "scaled_dot_product_attention", "sdpa_fwd", "sdpa_bwd", "sdpa_paged_fwd"]
 
 _is_compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
 _any_requires_grad = torch._C._any_requires_grad
 
 _IO_DTYPES = (torch.float16, torch.bfloat16)
@@ -242,10 +241,13 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
     if (bias is seq_len_q is seq_len_kv is cu_seqlens_q is cu_seqlens_kv is ragged_offset_q is ragged_offset_k
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
-            and not _is_compiling() and not (_grad_enabled() and _any_requires_grad(q, k, v))):
-        # the hot path (eager, no gradient): the options go to cudnn_py.sdpa unchecked, as its prepared call's key
-        # holds them and a new key checks them; the band options only where given (each keyword is a part of the key)
-        kw: dict[str, Any] = {"scale": scale, "causal": causal}
+            and not _is_compiling() and not _any_requires_grad(q, k, v)):
+        # the hot path (eager, no tensor that could need a gradient): the options go to cudnn_py.sdpa unchecked, as
+        # its prepared call's key holds them and a new key checks them; only those given (each keyword is a part of
+        # the key and its guard)
+        kw: dict[str, Any] = {} if scale is None else {"scale": scale}
+        if causal is not False:
+            kw["causal"] = causal
         if left_bound is not None or right_bound is not None or diagonal_alignment != "top_left":
             kw.update(diagonal_alignment=diagonal_alignment, left_bound=left_bound, right_bound=right_bound)
         if return_stats:
