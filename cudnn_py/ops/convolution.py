@@ -25,7 +25,6 @@ from numpy.typing import DTypeLike
 
 from cudnn_py.core import args
 from cudnn_py import capi
-from cudnn_py.core import descriptors as _d
 from cudnn_py._deprecation import alias, renamed_kwargs, warn
 from cudnn_py.core.args import DIM_MAX, INT32_MAX, dims, enum_member, int_arg, ints, spatial_ndim
 from cudnn_py.core.conv_layout import logical, packed_strides, physical, unit_height
@@ -128,7 +127,7 @@ class Convolution:
         self._mode = enum_arg(mode, _MODES, capi.cudnnConvolutionMode_t, "mode")
         auto = math_type is None or (isinstance(math_type, str) and math_type.lower() == "auto")
         self._math_type = None if auto else enum_arg(math_type, MATH_TYPES, capi.cudnnMathType_t, "math_type")
-        self._compute_dtype = None if compute_dtype is None else _d.legacy_dtype(compute_dtype, "compute_dtype")
+        self._compute_dtype = None if compute_dtype is None else legacy_dtype(compute_dtype, "compute_dtype")
         if self._compute_dtype is not None and self._compute_dtype not in _COMPUTE_DTYPES:
             raise InvalidValueError(f"compute_dtype {self._compute_dtype.name}: a convolution accumulates in "
                                     f"float32, float64, float16 or int32 (for int8 data); None picks the data's")
@@ -291,10 +290,6 @@ def _out_logical(conv: Convolution, xs, ws):
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int8")
 
 
-def _tensor_desc(shape, strides, dtype):
-    return _d.TensorDescriptor.shared(tuple(shape), dtype, tuple(strides))
-
-
 class Geometry:
     """A configuration resolved for cuDNN: logical 4-D/5-D shapes and strides, dtypes and (shared) descriptors."""
 
@@ -332,14 +327,14 @@ class Geometry:
             self.xp_shape = xs[:2] + tuple(n + lo + hi for n, (lo, hi) in zip(xs[2:], pads))
             self.xp_strides = packed_strides(self.xp_shape, conv.layout == "NHWC")
             self.xp_size = math.prod(self.xp_shape)
-            self.x_desc = _tensor_desc(self.xp_shape, self.xp_strides, self.dtype)
-            self.x_orig_desc = _tensor_desc(xs, xst, self.dtype)
-            self.interior_desc = _tensor_desc(xs, self.xp_strides, self.dtype)
+            self.x_desc = TensorDescriptor.shared(self.xp_shape, self.dtype, self.xp_strides)
+            self.x_orig_desc = TensorDescriptor.shared(xs, self.dtype, xst)
+            self.interior_desc = TensorDescriptor.shared(xs, self.dtype, self.xp_strides)
             self.interior_offset = sum(lo * s for (lo, _), s in zip(pads, self.xp_strides[2:])) * self.np_dtype.itemsize
         else:
-            self.x_desc = _tensor_desc(xs, xst, self.dtype)
-        self.w_desc = _d.FilterDescriptor.shared(tuple(ws), self.dtype, "NHWC" if self.w_nhwc else "NCHW")
-        self.y_desc = _tensor_desc(ys, yst, self.y_dtype)
+            self.x_desc = TensorDescriptor.shared(xs, self.dtype, xst)
+        self.w_desc = FilterDescriptor.shared(tuple(ws), self.dtype, "NHWC" if self.w_nhwc else "NCHW")
+        self.y_desc = TensorDescriptor.shared(ys, self.y_dtype, yst)
 
     @classmethod
     def of(cls, conv: Convolution, x, w, y, device: int) -> Geometry:
