@@ -170,17 +170,6 @@ def check_ctc_labels(labels: npt.ArrayLike, label_lengths: npt.ArrayLike, input_
     return CTCLabels(lab.astype(np.int32), ll.astype(np.int32), il.astype(np.int32))
 
 
-def _logits(handle: Handle, logits) -> DeviceArray:
-    x = check_array(logits, "logits", handle)
-    if x.dtype != np.float32:
-        raise InvalidTypeError(f"logits has dtype {x.dtype}; cuDNN's CTC loss takes float32")
-    if x.ndim != 3:
-        raise InvalidValueError(f"logits has shape {x.shape}; expected (T, N, A): time steps, batch, alphabet")
-    if not x.is_contiguous:
-        raise InvalidValueError("logits must be C-contiguous (T, N, A)")
-    return x
-
-
 def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo: str | int = "deterministic",
                             normalization: str | int = "softmax", grad_mode: str | int = "zero_oob",
                             max_label_length: int = MAX_LABEL_LENGTH, compute_gradients: bool = True,
@@ -216,7 +205,13 @@ def ctc_loss(handle: Handle, logits: DeviceArrayLike, labels: npt.ArrayLike, lab
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
     compute_gradients = bool_arg(compute_gradients, "compute_gradients")
-    x = _logits(handle, logits)
+    x = check_array(logits, "logits", handle)
+    if x.dtype != np.float32:
+        raise InvalidTypeError(f"logits has dtype {x.dtype}; cuDNN's CTC loss takes float32")
+    if x.ndim != 3:
+        raise InvalidValueError(f"logits has shape {x.shape}; expected (T, N, A): time steps, batch, alphabet")
+    if not x.is_contiguous:
+        raise InvalidValueError("logits must be C-contiguous (T, N, A)")
     t, n, a = x.shape
     host = check_ctc_labels(labels, label_lengths, input_lengths, t, a, desc.max_label_length)
     if host.label_lengths.shape[0] != n:
