@@ -14,10 +14,6 @@ from cudnn_py.ops._common import output
 from cudnn_py.ops.activation import Activation, activation_of
 
 
-def _nothing() -> None:
-    pass
-
-
 def param_view(a: DeviceArray | None, s: na.NormSetup) -> DeviceArray | None:
     """A parameter array seen with the full parameter shape (a (C,) array as (1, C, 1, 1)); no copy."""
     if a is None or a.shape == s.pshape:
@@ -67,7 +63,7 @@ def training(handle, s: na.NormSetup, sc, bi, rm, rv, sm, siv, eps, f, ya, za, r
 
 
 def fused_training(handle, s: na.NormSetup, op, activation, z, params: tuple, y, reserve, alphas, engine: str,
-                   sizes, c_call, check=_nothing) -> tuple:
+                   sizes, c_call, check=lambda: None) -> tuple:
     """Fused forward training: the graph path where ``engine`` takes it, else ``c_call(y, z, scale, bias, rm, rv, sm,
     siv, eps, factor, reserve, ws_bytes)``; ``sizes(with_z)``: (workspace, reserve) bytes; ``check()``: the caller's
     graph refusals. Returns (y, sm, siv, rm, rv, reserve)."""
@@ -94,7 +90,7 @@ _INFERENCE = ("scale", "bias", "mean", "var")
 
 
 def inference(handle, s: na.NormSetup, engine: str, key: tuple, params: tuple, epsilon, y, z, op, activation, alpha,
-              beta, c_call, check=_nothing) -> DeviceArray:
+              beta, c_call, check=lambda: None) -> DeviceArray:
     """Forward inference: dispatch between ``c_call(sc, bi, me, va, z, eps, y)`` and the pointwise graph y = (x -
     mean) * scale / sqrt(var + eps) + bias [+ z] [ReLU], blended. Returns y."""
     za = None if z is None else na.data_array(z, "z", handle, like=s.x)
@@ -144,7 +140,7 @@ def backward(handle, s: na.NormSetup, dya, sc, sm, siv, dxa, ds, db, alphas, aut
 
 
 def fused_backward(handle, s: na.NormSetup, op, activation, args: tuple, reserve, alphas, engine: str, sizes, c_call,
-                   check=_nothing) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]:
+                   check=lambda: None) -> tuple[DeviceArray, DeviceArray, DeviceArray, DeviceArray | None]:
     """Fused backward: the graph path where ``engine`` takes it, else ``c_call(b)`` with the checked
     :class:`~cudnn_py.ops.norm_args.FusedBackward` ``b``; ``sizes()``: (workspace, reserve) bytes; ``check()``: the
     caller's graph refusals. Returns (dx, dscale, dbias, dz)."""
