@@ -259,7 +259,6 @@ class RNN(WeightedDescriptor):
     def weights(self, handle: Handle, weights) -> dict[tuple[int, int], RNNWeight]:
         """Views of every matrix and bias: ``{(pseudo_layer, lin_id): RNNWeight(matrix, bias)}``, ``pseudo_layer =
         layer * dirs + direction``, ``lin_id`` as in :data:`GATES`."""
-        handle = handle_arg(handle)
         return {(p, k): rnn_weight_params(handle, self, weights, p, k)
                 for p in range(self.num_pseudo_layers) for k in self.lin_ids}
 
