@@ -247,8 +247,7 @@ class SeqDataDescriptor(Descriptor):
         lengths = (ctypes.c_int * self.shape[0])()
         capi.cudnnGetSeqDataDescriptor(self.ptr, byref(dt), byref(nb), 4, dims, axes, byref(n), self.shape[0],
                                        lengths, None)
-        names = {capi.CUDNN_SEQDATA_TIME_DIM: "time", capi.CUDNN_SEQDATA_BATCH_DIM: "batch",
-                 capi.CUDNN_SEQDATA_BEAM_DIM: "beam", capi.CUDNN_SEQDATA_VECT_DIM: "vector"}
+        names = dict(zip(self._AXES, ("batch", "beam", "time", "vector")))
         return {"dtype": numpy_dtype(dt.value),
                 "dims": {names[capi.cudnnSeqDataAxis_t(i)]: dims[i] for i in range(4)},
                 "axes": tuple(names[capi.cudnnSeqDataAxis_t(a)] for a in axes), "seq_lengths": tuple(lengths[:n.value])}
@@ -363,12 +362,11 @@ def _forward(handle: Handle, attn: MultiHeadAttention, q, k, v, weights, seq_len
     if not -1 <= curr_idx < Tq:
         raise InvalidValueError(f"curr_idx must be -1 (all steps) or a query step in [0, {Tq}), got {curr_idx}")
     w = attn._check_weights(handle, weights)
-    stream = handle.stream
-    oa = memory.output_array(o, (B, Tq, attn.o_proj_size), attn.dtype, "o", device=handle.device, stream=stream,
+    oa = memory.output_array(o, (B, Tq, attn.o_proj_size), attn.dtype, "o", device=handle.device, stream=handle.stream,
                              contiguous=True)
     ra = None if residuals is None else _data(handle, attn, residuals, "residuals", B, Tq, attn.o_proj_size)
     _, work_n, reserve_n = attn.buffer_sizes(handle, training)
-    reserve = memory.empty((reserve_n,), np.uint8, stream=stream, device=handle.device) if training else None
+    reserve = memory.empty((reserve_n,), np.uint8, stream=handle.stream, device=handle.device) if training else None
     lq, lk = device_lengths(handle, host_lq), device_lengths(handle, host_lk)
     launch(handle, capi.cudnnMultiHeadAttnForward, handle.ptr, attn, curr_idx, lo_c, hi_c, lq, lk, q_desc, q, ra,
            k_desc, k, v_desc, v, o_desc, oa, w.nbytes, w, work_n, WorkspaceArg(work_n), reserve_n, reserve)
@@ -419,8 +417,7 @@ def _backward_data(handle: Handle, attn: MultiHeadAttention, q, k, v, dout, weig
     lo_c, hi_c = _windows(lo_win, hi_win, Tq, Tk)
     douta = _data(handle, attn, dout, "dout", B, Tq, attn.o_proj_size)
     w = attn._check_weights(handle, weights)
-    stream = handle.stream
-    dqa, dka, dva = (memory.output_array(g, x.shape, attn.dtype, n, device=handle.device, stream=stream,
+    dqa, dka, dva = (memory.output_array(g, x.shape, attn.dtype, n, device=handle.device, stream=handle.stream,
                                          contiguous=True) for g, x, n in ((dq, q, "dq"), (dk, k, "dk"), (dv, v, "dv")))
     _, work_n, _ = attn.buffer_sizes(handle, True)
     ra = memory.as_array(reserve, "fwd.reserve", device=handle.device)
