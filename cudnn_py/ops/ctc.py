@@ -179,9 +179,8 @@ def ctc_loss_workspace_size(handle: Handle, logits_shape: Sequence[int], *, algo
     handle = handle_arg(handle)
     al = enum_arg(algo, CTC_ALGOS, capi.cudnnCTCLossAlgo_t, "CTC algo")
     shape = dims(logits_shape, "logits_shape", 3, 3)
-    desc = _ctc_desc(normalization, grad_mode, max_label_length, ctc)
-    return _workspace(handle, al, desc, TensorDescriptor.shared(shape, np.float32),
-                      bool_arg(compute_gradients, "compute_gradients"))
+    return _workspace(handle, al, _ctc_desc(normalization, grad_mode, max_label_length, ctc),
+                      TensorDescriptor.shared(shape, np.float32), bool_arg(compute_gradients, "compute_gradients"))
 
 
 def _workspace(handle: Handle, al, desc: CTCLoss, pd: TensorDescriptor, grads: bool) -> int:
