@@ -599,9 +599,8 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
 
 
 def replay(fn: Callable[..., Any], handle: Any, args: tuple, kwargs: dict) -> Any:
-    """``fn(handle, *args, **kwargs)`` (``fn`` a prepared function) by the prepared call ``fn`` ran last on
-    ``handle``, where this call has its signature; :data:`MISS` otherwise (nothing ran), in a recording too. For a
-    layer that checks its arguments before calling ``fn`` only where they are new (the torch ops)."""
+    """``fn(handle, *args, **kwargs)`` by the prepared call ``fn`` ran last on ``handle`` where this call has its
+    signature, else :data:`MISS` (nothing ran; in a recording too): for callers checking only new arguments."""
     if state.rec is not None:
         return MISS
     fast = handle.cache.get(CACHE, _NONE).front.get(fn.__wrapped__)  # type: ignore[attr-defined]

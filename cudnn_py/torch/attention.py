@@ -242,9 +242,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
             is max_seq_len_q is max_seq_len_kv is page_table_k is page_table_v is seed is offset is sink is None
             and not dropout and alibi is False and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
             and not _is_compiling() and not _any_requires_grad(q, k, v)):
-        # the hot path (eager, no tensor that could need a gradient): the options go to cudnn_py.sdpa unchecked, as
-        # its prepared call's key holds them and a new key checks them; only those given (each keyword is a part of
-        # the key and its guard)
+        # the hot path (eager, no tensor needing a gradient): the options given go to cudnn_py.sdpa unchecked (its
+        # prepared call's key holds each, and a new key checks them)
         kw: dict[str, Any] = {} if scale is None else {"scale": scale}
         if causal is not False:
             kw["causal"] = causal
@@ -259,10 +258,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
             if got is MISS and _as_they_are(q, k, v, dev):
                 got = ctx.run(core_sdpa, q, k, v, **kw)
             if got is not MISS:
-                if return_stats:
-                    o, stats = got
-                    return o, stats
-                return got
+                return tuple(got) if return_stats else got  # (o, stats) from an SdpaOutputs
     return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,
                     seq_len_kv, cu_seqlens_q, cu_seqlens_kv, ragged_offset_q, ragged_offset_k, max_seq_len_q,
                     max_seq_len_kv, page_table_k, page_table_v, alibi, dropout, seed, offset, sink, return_stats)
