@@ -599,8 +599,8 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
 
 
 def replay(fn: Callable[..., Any], handle: Any, args: tuple, kwargs: dict) -> Any:
-    """``fn(handle, *args, **kwargs)`` by the prepared call ``fn`` ran last on ``handle`` where this call has its
-    signature, else :data:`MISS` (nothing ran; in a recording too): for callers checking only new arguments."""
+    """The generated wrapper's first step (inlined there) for callers checking only new arguments: ``fn(handle, *args,
+    **kwargs)`` by the prepared call ``fn`` ran last on ``handle`` where this call has its signature, else MISS."""
     if state.rec is not None:
         return MISS
     fast = handle.cache.get(CACHE, _NONE).front.get(fn.__wrapped__)  # type: ignore[attr-defined]
