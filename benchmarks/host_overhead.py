@@ -11,7 +11,8 @@ round) is the host's. Each call is made as a caller's code makes it, its argumen
 is the route's own work with everything prepared: the legacy C call with its descriptors and scaling factors, or
 ``cudnnBackendExecute`` with a cached variant pack, taken from the call's prepared call
 (:mod:`cudnn_py.calls.prepared`). "added" is the package's time above it: the worse of DeviceArrays and torch tensors,
-output given / allocated (the issue's bars: 3 us given, 5 us allocated).
+output given / allocated (the issue's bars: 3 us given, 5 us allocated). "trc floor" is the bare C call plus torch's
+own costs for the call's tensors (:func:`torch_floor`), given / allocated: what the torch columns cannot go below.
 """
 from __future__ import annotations
 
@@ -175,6 +176,21 @@ def bare_call(h, name: str) -> Callable[[], None] | None:
     return bare_steps(h, entries[-1], lambda slot: fake.setdefault(slot, cudnn.empty((1 << 16,), np.uint8)).ptr)
 
 
+def torch_floor(bare: Callable[[], None], tensors: list, outputs: list) -> Callable[[], None]:
+    """The bare C call plus what torch charges any caller for these tensors: each one's signature read (its shape,
+    strides, dtype, device and address: five calls into torch) and each of ``outputs`` made by torch's caching
+    allocator (its address read) and dropped. A package adding nothing of its own for torch tensors takes this."""
+    makers = [(o.new_empty_strided, o.shape, o.stride()) for o in outputs]
+
+    def floor() -> None:
+        for t in tensors:
+            t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr()
+        for make, shape, stride in makers:
+            make(shape, stride).data_ptr()
+        bare()
+    return floor
+
+
 def per_call(fns: dict, calls: int, rounds: int, sync) -> dict:
     """Median us per call of each function, rounds interleaved."""
     for fn in fns.values():
@@ -207,7 +223,7 @@ def main(argv=None) -> None:
     sync = torch.cuda.synchronize if torch is not None else h.synchronize
     out = []
     print(f"{'operation':28s} {'route':6s} {'bare C':>7s} {'dev giv':>8s} {'dev new':>8s} {'trc giv':>8s} "
-          f"{'trc new':>8s} {'torch':>7s} {'added':>11s}")
+          f"{'trc new':>8s} {'torch':>7s} {'added':>11s} {'trc floor':>11s}")
     for name, (call, given, torch_op) in _rows(h).items():
         if args.only and args.only not in name:
             continue
@@ -226,6 +242,14 @@ def main(argv=None) -> None:
         bare = bare_call(h, name)
         if bare is not None:
             fns["bare"] = bare
+        if bare is not None and "torch" in kinds:  # the torch tensors of each call (a site's defaults)
+            t = kinds["torch"]
+            made = [] if given is None else (lambda o: list(o.values()) if isinstance(o, dict) else [o])(given(t))
+            read = {k: [v for v in fns[f"torch {k}"].__defaults__ if torch.is_tensor(v)] for k in ("given", "new")
+                    if f"torch {k}" in fns}
+            fns["floor given"] = torch_floor(bare, read["given"], [])
+            if "new" in read:
+                fns["floor new"] = torch_floor(bare, read["new"] + made, made)
         if torch_op is not None and "torch" in kinds:
             fns["torch op"] = lambda torch_op=torch_op, t=kinds["torch"]: torch_op(t)
         us = per_call(fns, args.calls, args.rounds, sync)
@@ -235,12 +259,14 @@ def main(argv=None) -> None:
         b = us.get("bare")
         giv = max((v for k, v in us.items() if k.endswith("given")), default=None)
         new = max((v for k, v in us.items() if k.endswith("new")), default=None)
+        floor = "-" if "floor given" not in us else \
+            f"{us['floor given']:4.1f}/{us['floor new']:.1f}" if "floor new" in us else f"{us['floor given']:4.1f}/-"
         added = "-" if b is None else f"{giv - b:4.1f}/{'-' if new is None else f'{new - b:.1f}'}"
 
         def cell(k):
             return f"{us[k]:8.1f}" if k in us else f"{'-':>8s}"
         print(f"{name:28s} {route:6s} {cell('bare')[1:]} {cell('dev given')} {cell('dev new')} {cell('torch given')} "
-              f"{cell('torch new')} {cell('torch op')[1:]} {added:>11s}", flush=True)
+              f"{cell('torch new')} {cell('torch op')[1:]} {added:>11s} {floor:>11s}", flush=True)
         out.append({"op": name, "route": route, **{k: round(v, 2) for k, v in us.items()}})
     if args.json:
         with open(args.json, "w") as f:

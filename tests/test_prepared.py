@@ -119,6 +119,37 @@ def test_replay_runs_the_last_prepared_call_only_for_its_signature():
     assert len(fn.calls) == 2 and len(body) == 1
 
 
+@pytest.mark.parametrize("first", ["aab", "abab", "abcde", "aaaa"])
+def test_the_guard_replays_only_the_address_sharing_of_the_first_call(first):
+    """The guard compares which arrays share an address (each with its pattern's first, the firsts apart): a call
+    with the first call's sharing at new addresses replays it, any other sharing or alignment is keyed anew."""
+    fn, body = CFn(), []
+
+    @P.prepared(inputs=("a", "b", "c", "d", "e"), outputs=())
+    def op(handle, a, b, c, d=None, e=None):
+        body.append(a)
+        _common.launch(handle, fn, handle.ptr, *(x for x in (a, b, c, d, e) if x is not None))
+
+    def call(pattern, offset=0):
+        made = {name: arr(ptr=arr().ptr + offset) for name in set(pattern)}
+        op(h, *(made[n] for n in pattern))
+    h = fake_handle()
+    call(first)
+    call(first)
+    assert len(body) == 1 and len(fn.calls) == 2
+    others = {"aab": ["abc", "aaa", "aba", "abb"], "abab": ["abcd", "aaaa", "abba", "abac"],
+              "abcde": ["abcda", "abcdd", "aacde"], "aaaa": ["aaab", "abcd"]}[first]
+    for other in others:
+        call(first)
+        call(other)
+        assert len(body) == 2 and fn.calls[-1][1:].count(fn.calls[-1][1]) == other.count("a")
+        del body[1:]
+        h.cache[P.CACHE].pop(next(k for k in reversed(h.cache[P.CACHE])))  # the other's call, made again next time
+    call(first)
+    call(first, offset=4)  # misaligned: another key
+    assert len(body) == 2
+
+
 @pytest.mark.parametrize("junk", [None, object(), "junk", 1.5, float("nan"), 2 ** 100, True, [object()], (1, 2),
                                   np.zeros((2, 2)), np.float64(2.0), DeviceArray])
 @pytest.mark.parametrize("where", ["x", "y", "alpha"])

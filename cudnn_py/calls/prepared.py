@@ -158,20 +158,16 @@ class Prepared:
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         self.bases = bases
         env: dict[str, Any] = {"MISS": MISS, "shape": shape, "new_tuple": tuple.__new__}
+        # output o and array i overlap where ilo - ohi < po - pi < ihi - olo (but at a checked d)
+        tests = [f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" if d is None else
+                 f"({ilo - ohi} < p{o} - p{i} < {ihi - olo} and p{o} - p{i} != {d})"
+                 for o, i, olo, ohi, ilo, ihi, d in overlaps]
+        if len(overlaps) >= 4:  # the addresses of the last call that passed, compared first: one list comparison
+            env["passed"] = [None]
         lines = []  # after the addresses p0, p1, ... are known
         for k, d in enumerate(closable):
             env[f"d{k}"] = d
             lines.append(f"    if d{k}.closed:\n        return MISS")
-        if overlaps:  # output o and array i overlap where ilo - ohi < po - pi < ihi - olo (but at a checked d)
-            tests = " or ".join(f"{ilo - ohi} < p{o} - p{i} < {ihi - olo}" if d is None else
-                                f"({ilo - ohi} < p{o} - p{i} < {ihi - olo} and p{o} - p{i} != {d})"
-                                for o, i, olo, ohi, ilo, ihi, d in overlaps)
-            if len(overlaps) < 4:
-                lines.append(f"    if {tests}:\n        return MISS")
-            else:  # the addresses of the last call that passed, compared first: one list comparison
-                env["passed"] = [None]
-                lines.append(f"    if ptrs != passed[0]:\n        if {tests}:\n            return MISS\n"
-                             f"        passed[0] = ptrs")
         if workspace:  # every step's workspace fetched (grown, or refused) before the first step queues anything
             lines.append(f"    ws = handle.workspace.get({workspace}, handle.stream)")
         for j, base in enumerate(bases):  # one allocation that several new outputs view
@@ -198,17 +194,30 @@ class Prepared:
         lines.append(f"    return {items[0]}" if shape is None else f"    return {made}" if shape is tuple else
                      f"    return new_tuple(shape, {made})")  # a named tuple, as its _make makes it
         slots = "".join(f"p{i}, " for i in range(n_slots))
-        source = ["def run(handle, args, kwargs, ptrs):", *([f"    {slots}= ptrs"] if n_slots else []), *lines]
-        if guard is not None:
-            checks, names = guard
+        source = ["def run(handle, args, kwargs, ptrs):", *([f"    {slots}= ptrs"] if n_slots else []),
+                  *self._addresses(tests, "passed" in env), *lines]
+        if guard is not None:  # its tests of the addresses (alignment, sharing) with the overlaps
+            checks, addressed, names = guard
             env.update(names)
             listed = [f"    ptrs = [{slots}]"] if "passed" in env else []
-            source += ["", "def fast(handle, args, kwargs):", *checks, *listed, *lines]
+            source += ["", "def fast(handle, args, kwargs):", *checks, *listed,
+                       *self._addresses(addressed + tests, "passed" in env), *lines]
         self.source = "\n".join(source) + "\n"
         filename = f"<prepared {name} #{next(_SOURCE)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
         exec(compile(self.source, filename, "exec"), env)
         self.run, self.fast = env["run"], env.get("fast")
+
+    @staticmethod
+    def _addresses(tests: list[str], cached: bool) -> list[str]:
+        """The lines answering MISS where any of ``tests`` (of the addresses alone) holds; where ``cached``, only for
+        addresses other than those of the last call that passed (``passed[0]``)."""
+        if not tests:
+            return []
+        if not cached:
+            return [f"    if {' or '.join(tests)}:\n        return MISS"]
+        return [f"    if ptrs != passed[0]:\n        if {' or '.join(tests)}:\n            return MISS\n"
+                f"        passed[0] = ptrs"]
 
     def __repr__(self) -> str:
         return f"<Prepared {self.name}: {len(self.steps)} step(s), {len(self.news)} new output(s)>"
@@ -535,19 +544,20 @@ def _view(a: DeviceArray, offset: int) -> Callable[[Any, Any], tuple]:
 
 
 def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
-           epoch: tuple[Callable[[], Any], Any] | None) -> tuple[list[str], dict] | None:
+           epoch: tuple[Callable[[], Any], Any] | None) -> tuple[list[str], list[str], dict] | None:
     """The guard of a prepared call made from a call keyed with ``args``, ``kwargs`` (as given), ``ptrs`` and
-    ``epoch`` (the function and the value it answered), and the names it reads: lines of ``fast(handle, args,
-    kwargs)`` answering :data:`MISS` unless the call would build the same key (the checks in the key's order but
-    the epoch's, last), the addresses left in ``p0, p1, ...`` in the key's order. None where it cannot say (then
-    only the key finds the prepared call)."""
+    ``epoch`` (the function and the value it answered): lines of ``fast(handle, args, kwargs)`` answering
+    :data:`MISS` unless the call would build the same key (the checks in the key's order, the epoch's last), the
+    addresses left in ``p0, p1, ...`` in the key's order; the tests of those addresses alone (each true on a miss:
+    their alignment, which of them are equal), which :class:`Prepared` places; the names both read. None where it
+    cannot say (then only the key finds the prepared call)."""
     env: dict[str, Any] = {"DeviceArray": DeviceArray, "layout_key": layout_key}
     lines = [f"    if len(args) != {len(args)} or len(kwargs) != {len(kwargs)}:", "        return MISS"]
     if args:
         lines.append(f"    {''.join(f'a{i}, ' for i in range(len(args)))}= args")
     values = [(f"a{i}", spec.is_array[i], v) for i, v in enumerate(args)]
     values += [(f"w{j}", k in spec.arrays, v) for j, (k, v) in enumerate(kwargs.items())]
-    aligned, slot, miss = [], 0, "        return MISS"
+    addressed, aligned, slot, miss = [], [], 0, "        return MISS"
     for j, (var, is_array, v) in enumerate(values):
         if j == len(args):  # the keywords, once the positional arguments passed (a miss mostly fails on the first)
             lines.append(f"    try:\n        {''.join(f'w{i}, ' for i in range(len(kwargs)))}= "
@@ -576,26 +586,28 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
         if is_array:
             if ptrs[slot] is not None:
                 if ptrs[slot] & 15:
-                    lines.append(f"    if p{slot} & 15 != {ptrs[slot] & 15}:\n{miss}")
+                    addressed.append(f"p{slot} & 15 != {ptrs[slot] & 15}")
                 else:
                     aligned.append(f"p{slot}")
             slot += 1
     if slot != len(ptrs):
         return None
     if aligned:
-        lines.append(f"    if ({' | '.join(aligned)}) & 15:\n        return MISS")
-    every = ", ".join(f"p{i}" for i in range(slot))
-    if slot > 1 and len(set(ptrs)) < slot:  # the arrays that shared an address share it again, and no others
-        env["gA"] = tuple(map(ptrs.index, ptrs))
-        lines.append(f"    t = [{every}]\n    if tuple(map(t.index, t)) != gA:\n        return MISS")
-    elif slot == 2:
-        lines.append("    if p0 == p1:\n        return MISS")
-    elif slot > 2:
-        lines.append(f"    if len({{{every}}}) != {slot}:\n        return MISS")
+        addressed.append(f"({' | '.join(aligned)}) & 15")
+    # the arrays that shared an address share it again, and no others: each equal to its first, the firsts apart
+    first: dict = {}
+    for i, p in enumerate(ptrs):
+        if first.setdefault(p, i) != i:
+            addressed.append(f"p{i} != p{first[p]}")
+    apart = [f"p{i}" for i in first.values()]
+    if len(apart) > 3:
+        addressed.append(f"len({{{', '.join(apart)}}}) != {len(apart)}")
+    else:
+        addressed += [f"{a} == {b}" for k, b in enumerate(apart) for a in apart[:k]]
     if epoch is not None:
         env["epoch"], env["gE"] = epoch
         lines.append("    if epoch() != gE:\n        return MISS")
-    return lines, env
+    return lines, addressed, env
 
 
 def replay(fn: Callable[..., Any], handle: Any, args: tuple, kwargs: dict) -> Any:
