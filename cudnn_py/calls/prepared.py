@@ -146,15 +146,16 @@ class Prepared:
     descriptor a caller may close (``closable``) was closed (the validated path then raises as it does).
 
     With a ``guard`` (:func:`_guard`: the lines reading a call's arguments that answer :data:`MISS` unless they have
-    this signature), also into ``fast(handle, args, kwargs)``: the guard, then the same work. The handle's cache keeps
-    the last one each function ran in its ``front``, tried before any key is built."""
+    this signature, and the tests of their addresses, run with the overlap checks), also into ``fast(handle, args,
+    kwargs)``: the guard, then the same work. The handle's cache keeps the last one each function ran in its
+    ``front``, tried before any key is built."""
 
     __slots__ = ("name", "steps", "news", "bases", "uses", "workspace", "run", "fast", "source")
 
     def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
                  shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0,
                  closable: Sequence[Descriptor] = (), bases: Sequence[Callable[[Any], tuple]] = (),
-                 guard: tuple[list[str], dict[str, Any]] | None = None):
+                 guard: tuple[list[str], list[str], dict[str, Any]] | None = None):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         self.bases = bases
         env: dict[str, Any] = {"MISS": MISS, "shape": shape, "new_tuple": tuple.__new__}
@@ -194,30 +195,22 @@ class Prepared:
         lines.append(f"    return {items[0]}" if shape is None else f"    return {made}" if shape is tuple else
                      f"    return new_tuple(shape, {made})")  # a named tuple, as its _make makes it
         slots = "".join(f"p{i}, " for i in range(n_slots))
+        def addresses(tests: list[str]) -> list[str]:  # MISS where any test holds (with passed: at new addresses)
+            test = f"if {' or '.join(tests)}:\n"
+            return [] if not tests else [f"    {test}        return MISS"] if "passed" not in env else \
+                [f"    if ptrs != passed[0]:\n        {test}            return MISS\n        passed[0] = ptrs"]
         source = ["def run(handle, args, kwargs, ptrs):", *([f"    {slots}= ptrs"] if n_slots else []),
-                  *self._addresses(tests, "passed" in env), *lines]
+                  *addresses(tests), *lines]
         if guard is not None:  # its tests of the addresses (alignment, sharing) with the overlaps
             checks, addressed, names = guard
             env.update(names)
             listed = [f"    ptrs = [{slots}]"] if "passed" in env else []
-            source += ["", "def fast(handle, args, kwargs):", *checks, *listed,
-                       *self._addresses(addressed + tests, "passed" in env), *lines]
+            source += ["", "def fast(handle, args, kwargs):", *checks, *listed, *addresses(addressed + tests), *lines]
         self.source = "\n".join(source) + "\n"
         filename = f"<prepared {name} #{next(_SOURCE)}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True), filename)
         exec(compile(self.source, filename, "exec"), env)
         self.run, self.fast = env["run"], env.get("fast")
-
-    @staticmethod
-    def _addresses(tests: list[str], cached: bool) -> list[str]:
-        """The lines answering MISS where any of ``tests`` (of the addresses alone) holds; where ``cached``, only for
-        addresses other than those of the last call that passed (``passed[0]``)."""
-        if not tests:
-            return []
-        if not cached:
-            return [f"    if {' or '.join(tests)}:\n        return MISS"]
-        return [f"    if ptrs != passed[0]:\n        if {' or '.join(tests)}:\n            return MISS\n"
-                f"        passed[0] = ptrs"]
 
     def __repr__(self) -> str:
         return f"<Prepared {self.name}: {len(self.steps)} step(s), {len(self.news)} new output(s)>"
@@ -446,7 +439,7 @@ def _each(result: Any, one: Callable[[Any], Any]) -> Any:
 # ---------------------------------------------------------------- making a prepared call from a recording
 
 def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs: list,
-          guard: tuple[list[str], dict] | None = None) -> Prepared | None:
+          guard: tuple[list[str], list[str], dict] | None = None) -> Prepared | None:
     """The prepared call of a validated call's recording (with ``guard``: :func:`_guard`), or None where it cannot be
     replayed as it stands."""
     if rec.spoiled is not None or not rec.steps:
@@ -594,16 +587,11 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
         return None
     if aligned:
         addressed.append(f"({' | '.join(aligned)}) & 15")
-    # the arrays that shared an address share it again, and no others: each equal to its first, the firsts apart
-    first: dict = {}
-    for i, p in enumerate(ptrs):
-        if first.setdefault(p, i) != i:
-            addressed.append(f"p{i} != p{first[p]}")
-    apart = [f"p{i}" for i in first.values()]
-    if len(apart) > 3:
-        addressed.append(f"len({{{', '.join(apart)}}}) != {len(apart)}")
-    else:
-        addressed += [f"{a} == {b}" for k, b in enumerate(apart) for a in apart[:k]]
+    first = {p: ptrs.index(p) for p in ptrs}  # the arrays that shared an address share it again, and no others:
+    apart = [f"p{i}" for i in first.values()]  # each equal to the first of its address, those firsts apart
+    addressed += [f"p{i} != p{first[p]}" for i, p in enumerate(ptrs) if first[p] != i]
+    addressed += [f"len({{{', '.join(apart)}}}) != {len(apart)}"] if len(apart) > 3 else \
+        [f"{a} == {b}" for k, b in enumerate(apart) for a in apart[:k]]
     if epoch is not None:
         env["epoch"], env["gE"] = epoch
         lines.append("    if epoch() != gE:\n        return MISS")
