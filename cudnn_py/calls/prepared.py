@@ -195,6 +195,7 @@ class Prepared:
         lines.append(f"    return {items[0]}" if shape is None else f"    return {made}" if shape is tuple else
                      f"    return new_tuple(shape, {made})")  # a named tuple, as its _make makes it
         slots = "".join(f"p{i}, " for i in range(n_slots))
+
         def addresses(tests: list[str]) -> list[str]:  # MISS where any test holds (with passed: at new addresses)
             test = f"if {' or '.join(tests)}:\n"
             return [] if not tests else [f"    {test}        return MISS"] if "passed" not in env else \
