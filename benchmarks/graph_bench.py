@@ -167,7 +167,7 @@ def tiny_conv(h, rng, iters, args):
         tag = min(per_plan, key=per_plan.__getitem__)
         print(f"least host time: {tag} {per_plan[tag]:.2f} us/call, {per_plan[tag] / theirs:.2f}x torch.matmul")
     timed = gm.autotune(h, {ta: a, tb: b, tc: c})
-    print("gm.autotune (GPU time; of the plans within graph.plans.TIE of the fastest, the least host time):")
+    print("gm.autotune (GPU time; of the plans within streams.TIE of the fastest, the least host time):")
     for p, ms in timed[:4]:
         print(f"  {p.tag:<62} {ms * 1e3:8.2f} us GPU")
     trun = gm.executor(h, ta, tb, tc)

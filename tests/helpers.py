@@ -262,6 +262,15 @@ class FakeCFunction:
         self.calls.append(args)
 
 
+def clock_stand_in(ms_of):
+    """A stand-in for ``streams.held_ms`` in engine_choice: runs ``fn`` and answers ``ms_of(fn)`` as its GPU time,
+    no host time."""
+    def held_ms(stream, fn, hold):
+        fn()
+        return ms_of(fn), 0.0, hold
+    return held_ms
+
+
 def fake_plan(g):
     """A stand-in plan of graph ``g`` (no workspace, an open descriptor at address 7), kept as its only plan."""
     g.plans = [types.SimpleNamespace(graph=g, descriptor=types.SimpleNamespace(ptr=ctypes.c_void_p(7), closed=False),

@@ -14,18 +14,21 @@ from cudnn_py.graph import GraphNotSupportedError
 from cudnn_py.graph.legacy import GraphPathRefused
 from cudnn_py.core.handle import Handle
 from cudnn_py.tuning import TuningDatabase
-from helpers import NoCallHandle, fake
+from helpers import NoCallHandle, clock_stand_in, fake
 from reference import batchnorm as ref
 
 
 class Engines:
-    """A legacy and a graph callable with stubbed device times; ``calls`` lists what ran, in order."""
+    """A legacy and a graph callable with stubbed device (and host) times; ``calls`` lists what ran, in order;
+    ``holds`` the ``hold`` each timed sample was given."""
 
-    def __init__(self, legacy_ms=2.0, graph_ms=1.0, graph=None, legacy=None):
+    def __init__(self, legacy_ms=2.0, graph_ms=1.0, graph=None, legacy=None, host_ms=(0.0, 0.0)):
         self.ms = {"legacy": legacy_ms, "graph": graph_ms}
+        self.host = dict(zip(("legacy", "graph"), host_ms))
         self.calls: list[str] = []
         self.behaviour = {"legacy": legacy, "graph": graph}
         self.timed: list[str] = []
+        self.holds: list[tuple[str, bool]] = []
 
     def _run(self, name):
         self.calls.append(name)
@@ -40,10 +43,12 @@ class Engines:
     def graph(self):
         return self._run("graph")
 
-    def clock(self, handle, fn):
+    def clock(self, stream, fn, hold):
         name = fn.__name__
         self.timed.append(name)
-        return fn(), self.ms[name]
+        self.holds.append((name, hold))
+        fn()
+        return self.ms[name], self.host[name], hold and name == "graph"  # the legacy run's hold 'timed out'
 
 
 @pytest.fixture
@@ -64,12 +69,12 @@ def stored(d) -> dict:
 
 def engines(monkeypatch, **kw) -> Engines:
     e = Engines(**kw)
-    monkeypatch.setattr(ec, "_clock", e.clock)
+    monkeypatch.setattr(ec, "held_ms", e.clock)
     return e
 
 
-#: runs of a measured call: per engine one untimed, then per round an untimed lead-in and a timed run; the winner again
-MEASURED = 2 * (1 + 2 * ec.ROUNDS) + 1
+#: runs of a measured call: per engine one untimed, then one timed per round; the winner again
+MEASURED = 2 * (1 + ec.ROUNDS) + 1
 KEY = ("activation_forward", (((8, 3), (3, 1), "float16"), ("relu", 1.0, 0.0)))
 
 
@@ -81,13 +86,26 @@ def run(h, e, key=KEY, **kw):
 def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, winner):
     h, e = NoCallHandle(), engines(monkeypatch, legacy_ms=legacy_ms, graph_ms=graph_ms)
     assert run(h, e) == winner
-    # one untimed run each (plans built), ROUNDS timed runs each right after an untimed lead-in of the same engine,
-    # then the winner once more: its outputs stay
-    assert e.calls == ["legacy", "graph"] + ["legacy", "legacy", "graph", "graph"] * ec.ROUNDS + [winner]
+    # one untimed run each (plans built), ROUNDS timed runs each, then the winner once more: its outputs stay
+    assert e.calls == ["legacy", "graph"] * (1 + ec.ROUNDS) + [winner]
     assert len(e.calls) == MEASURED
     assert e.timed.count("legacy") == e.timed.count("graph") == ec.ROUNDS
     assert e.calls[-1] == winner
     assert ec.choices(h) == {KEY: ec.Choice(winner, legacy_ms, graph_ms, "measured")}
+
+
+def test_each_engine_keeps_its_own_hold_and_a_host_bound_tie_goes_to_the_host_cheaper_engine(db, monkeypatch):
+    """A sample whose hold timed out leaves that engine's next samples unheld, the other's held; where the faster
+    engine's GPU time is below its host time, an engine within streams.TIE of it that costs the host less wins (a
+    tiny legacy convolution: cuDNN's host time per call is several times the graph's)."""
+    from cudnn_py.core.streams import TIE
+    e = engines(monkeypatch, legacy_ms=0.0050, graph_ms=0.0050 * (1 + TIE / 2), host_ms=(0.040, 0.010))
+    assert run(NoCallHandle(), e) == "graph"
+    assert e.holds == [("legacy", True), ("graph", True)] + [("legacy", False), ("graph", True)] * (ec.ROUNDS - 1)
+    e = engines(monkeypatch, legacy_ms=0.0050, graph_ms=0.0050 * (1 + 2 * TIE), host_ms=(0.040, 0.010))
+    assert run(NoCallHandle(), e, key=("not tied",)) == "legacy"  # the GPU's time decides
+    e = engines(monkeypatch, legacy_ms=0.0050, graph_ms=0.0050 * (1 + TIE / 2), host_ms=(0.004, 0.001))
+    assert run(NoCallHandle(), e, key=("GPU-bound",)) == "legacy"  # the GPU's time decides
 
 
 def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):
@@ -213,15 +231,15 @@ def test_keyboard_interrupt_mid_measure_leaves_no_record(db, monkeypatch):
     h, e = NoCallHandle(), engines(monkeypatch)
     clock = e.clock
 
-    def interrupted(handle, fn):
+    def interrupted(stream, fn, hold):
         if len(e.timed) == 3:
             raise KeyboardInterrupt
-        return clock(handle, fn)
-    monkeypatch.setattr(ec, "_clock", interrupted)
+        return clock(stream, fn, hold)
+    monkeypatch.setattr(ec, "held_ms", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run(h, e)
     assert ec.choices(h) == {} and stored(db) == {}
-    monkeypatch.setattr(ec, "_clock", clock)
+    monkeypatch.setattr(ec, "held_ms", clock)
     assert run(h, e) == "graph" and len(stored(db)) == 1
 
 
@@ -326,7 +344,7 @@ class ConvEngines:
                                                                                                    dtype))
         monkeypatch.setattr(cv, "_legacy", lambda *a: self.ran.append("legacy") or a[6])  # a[6]: the output
         # a runner entry: the graph route (what engine_choice times after the graph's first, untimed run)
-        monkeypatch.setattr(ec, "_clock", lambda handle, fn: (fn(), self.ms[
+        monkeypatch.setattr(ec, "held_ms", clock_stand_in(lambda fn: self.ms[
             "graph" if isinstance(self.ran[-1], tuple) else self.ran[-1]]))
 
 
@@ -358,7 +376,7 @@ def test_convolution_auto_measures_once_then_runs_its_route(db, monkeypatch, dir
     h = NoCallHandle()
     _, ptrs = conv_call(direction, h)
     route = ("runner", ptrs)  # the graph's timed runs go through the route a repeat call takes
-    assert e.ran == ["legacy", "graph"] + ["legacy", "legacy", route, route] * ec.ROUNDS + [
+    assert e.ran == ["legacy", "graph"] + ["legacy", route] * ec.ROUNDS + [
         "legacy" if winner == "legacy" else route]
     (key, choice), = ec.choices(h).items()
     assert key[0] == f"convolution_{direction}" and choice == ec.Choice(winner, legacy_ms, graph_ms, "measured")

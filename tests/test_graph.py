@@ -724,19 +724,6 @@ def test_entry_point_autotuning_times_every_mode():
             autotune_graph(Fake(err), None, {})
 
 
-def test_autotune_orders_by_gpu_time_and_breaks_host_bound_ties_by_host_time():
-    """Where the fastest plan's host time exceeds its GPU time, the plan within TIE of that GPU time costing the host
-    least leads; the rest follow fastest first, a plan that never timed (NaN) last. A GPU-bound fastest plan leads
-    whatever the host times."""
-    from cudnn_py.graph.plans import TIE, _fastest_first
-    timed = [("slow", 0.010, 0.001), ("fast", 0.0030, 0.012), ("tied", 0.0030 * (1 + TIE), 0.006),
-             ("nan", math.nan, 0.001), ("near", 0.0030 * (1 + 2 * TIE), 0.001)]
-    assert [p for p, _ in _fastest_first(timed)] == ["tied", "fast", "near", "slow", "nan"]
-    assert _fastest_first(timed)[0] == ("tied", 0.0030 * (1 + TIE))
-    gpu_bound = [("a", 0.500, 0.010), ("b", 0.500 * (1 + TIE / 2), 0.004), ("c", 0.6, 0.001)]
-    assert [p for p, _ in _fastest_first(gpu_bound)] == ["a", "b", "c"]
-
-
 def test_broadcast_matmul_is_refused_below_the_verified_cudnn(monkeypatch):
     """cuDNN 9.14 left elements of a batch-broadcast matmul unwritten (H200 suite, 2026-11-26): refused there, before
     cuDNN is asked; same-batch matmuls and newer libraries build as before."""

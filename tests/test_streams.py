@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import functools
+import math
 import types
 
 import numpy as np
@@ -263,10 +264,12 @@ def test_a_sample_whose_hold_timed_out_is_taken_again_unheld_and_so_are_the_next
 
     def waits_for_the_device():  # held: blocks until the watchdog lets the stream go
         held.append(streams._the_latch().word < streams._the_latch().ticket)
-        time.sleep(0.2 if held[-1] else 0)
-    assert streams.held_ms(None, lambda: None) == (1.5, True)
-    assert streams.held_ms(None, waits_for_the_device) == (1.5, False) and held == [True, False]
-    assert streams.held_ms(None, waits_for_the_device, False) == (1.5, False) and held == [True, False, False]
+        time.sleep(0.2 if held[-1] else 0.01)
+    gpu, host, hold = streams.held_ms(None, lambda: time.sleep(0.01))
+    assert (gpu, hold) == (1.5, True) and 10 <= host < 1000  # the host's ms around queue()
+    gpu, host, hold = streams.held_ms(None, waits_for_the_device)
+    assert (gpu, hold) == (1.5, False) and held == [True, False] and 10 <= host < 200  # the unheld sample's
+    assert streams.held_ms(None, waits_for_the_device, False)[::2] == (1.5, False) and held == [True, False, False]
 
     from cudnn_py.graph import plans
     plan = object.__new__(plans.Plan)
@@ -304,3 +307,16 @@ def test_timer_refuses_a_hold_that_is_no_flag(hold):
     for make in (lambda: streams.Timer(None, hold), lambda: streams.timer(None, hold=hold)):
         with pytest.raises(InvalidTypeError, match="hold must be True or False"):
             make()
+
+
+def test_fastest_first_orders_by_gpu_time_and_breaks_host_bound_ties_by_host_time():
+    """Where the fastest item's host time exceeds its GPU time, the item within TIE of that GPU time costing the host
+    least leads; the rest follow fastest first, one that never timed (NaN) last. A GPU-bound fastest item leads
+    whatever the host times (autotune's plans, engine_choice's engines)."""
+    TIE, _fastest_first = streams.TIE, streams.fastest_first
+    timed = [("slow", 0.010, 0.001), ("fast", 0.0030, 0.012), ("tied", 0.0030 * (1 + TIE), 0.006),
+             ("nan", math.nan, 0.001), ("near", 0.0030 * (1 + 2 * TIE), 0.001)]
+    assert [p for p, _ in _fastest_first(timed)] == ["tied", "fast", "near", "slow", "nan"]
+    assert _fastest_first(timed)[0] == ("tied", 0.0030 * (1 + TIE))
+    gpu_bound = [("a", 0.500, 0.010), ("b", 0.500 * (1 + TIE / 2), 0.004), ("c", 0.6, 0.001)]
+    assert [p for p, _ in _fastest_first(gpu_bound)] == ["a", "b", "c"]

@@ -17,6 +17,7 @@ import numpy as np
 
 from cudnn_py.clib import recording
 from cudnn_py.core.caches import handle_cache
+from cudnn_py.core.streams import fastest_first, held_ms
 from cudnn_py.errors import CudnnPyError, InvalidValueError
 
 __all__ = ["Choice", "run", "run_static", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change",
@@ -128,14 +129,6 @@ def run_static(engine: str, legacy: Callable[[], object], graph: Callable[[], ob
 
 # ---------------------------------------------------------------- measuring
 
-def _clock(handle, fn: Callable[[], object]) -> tuple[object, float]:
-    """(what ``fn()`` answered, device ms between events around it on the handle's stream)."""
-    from cudnn_py.core.streams import timer
-    with timer(handle.stream) as t:
-        out = fn()
-    return out, cast(float, t.ms)
-
-
 def _snapshot(handle, arrays: Sequence) -> Callable[[], None]:
     """A function restoring ``arrays``' memory (their whole span) to what it holds now."""
     if not arrays:
@@ -169,7 +162,8 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
         return run_static(static, legacy, graph, graph_refusals)
     engines = {"legacy": legacy, "graph": graph}
     errors: dict[str, BaseException | None] = {}
-    best = {name: math.inf for name in engines}
+    best = {name: (math.inf, math.inf) for name in engines}  # the best (GPU ms, host ms) of each engine's samples
+    hold = dict.fromkeys(engines, True)
     for timed in (False,) + (True,) * ROUNDS:  # the first round untimed: plans are built, refusals found
         if timed and len(errors) == 1:
             break  # one engine left: nothing to compare
@@ -177,22 +171,18 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
             if name in errors:
                 continue
             try:
-                if timed:  # an untimed lead-in: the GPU is busy with it while the host queues the timed run
-                    restore()
-                    fn()
                 restore()
-                out, ms = _clock(handle, fn) if timed else (fn(), math.inf)
+                if timed:
+                    gpu, host, hold[name] = held_ms(handle.stream, fn, hold[name])
+                    best[name] = min(best[name][0], cast(float, gpu)), min(best[name][1], host)
+                elif fn() is False and name == "graph":
+                    errors[name] = None
             except refused as e:
                 errors[name] = e
-                continue
-            if out is False and name == "graph":
-                errors[name] = None
-            else:
-                best[name] = min(best[name], ms)
-    live = {name: (None if ms == math.inf else ms) for name, ms in best.items() if name not in errors}
+    live = {name: (None if t[0] == math.inf else t[0]) for name, t in best.items() if name not in errors}
     if not live:
         raise errors["legacy"] or errors["graph"]  # type: ignore[misc]
-    winner = min(live, key=lambda n: best[n])
+    winner = fastest_first([(name, *best[name]) for name in live])[0][0]
     restore()
     recording.rewind(before)  # what a prepared call repeats is the winner's run alone
     engines[winner]()

@@ -345,7 +345,7 @@ def sweep(cfg: Config, directions: Sequence[str], maths: Sequence[str], repeats:
                         call()
                     times, hold = [], True
                     for _ in range(repeats):
-                        ms, hold = held_ms(h.stream, call, hold)
+                        ms, _, hold = held_ms(h.stream, call, hold)
                         times.append(ms)
                 except (CudnnError, WorkspaceLimitError, ValueError) as e:
                     row.reason = " ".join(str(e).split())[:400]

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -19,6 +17,7 @@ from cudnn_py.calls.prepared import forget
 from cudnn_py.core.args import INT64_MAX, enum_member, int_arg
 from cudnn_py.errors import CudnnBadParamError, CudnnError, CudnnNotSupportedError, InvalidTypeError, InvalidValueError
 from cudnn_py.core.caches import handle_cache
+from cudnn_py.core.streams import fastest_first, get_device, held_ms
 
 from . import plan_store
 from .descriptors import BackendDescriptor
@@ -155,7 +154,6 @@ def l2_flush(handle) -> Callable[[], None]:
     """A callable queuing on ``handle``'s stream a write of twice the device's L2 cache size: before a timed sample,
     it leaves none of the sample's data in L2 (:func:`time_plan`'s ``flush``)."""
     from cudnn_py.core.memory import empty
-    from cudnn_py.core.streams import get_device
     l2 = int(get_device(handle.device).properties.l2_cache_size or 0) or 64 << 20
     buf = empty((2 * l2 // 4,), "float32", stream=handle.stream, device=handle.device)
 
@@ -293,7 +291,7 @@ def _stored(graph, handle, options: tuple) -> list[tuple[Plan, float | None]] | 
         return None
 
 
-def _store(graph, handle, options: tuple, timed: list[tuple[Plan, float | None]]) -> None:
+def _store(graph, handle, options: tuple, timed: Sequence[tuple[Plan, float | None]]) -> None:
     try:
         entries = [{"json": p.to_json(), "tag": p.tag, "ms": ms} for p, ms in timed]
     except CudnnError:  # an engine whose plans cuDNN cannot serialise
@@ -403,7 +401,6 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
             flush: Callable[[], None] | None = None) -> tuple[float, float]:
     """(GPU, host) median milliseconds per execution of ``plan``: :func:`time_plan`'s samples, and the host's time
     to queue each sample's executions (perf_counter around them, the stream held: no waiting on the GPU)."""
-    from cudnn_py.core.streams import held_ms
     io, arrays = ordered_pack(plan, variant_pack)
     run = plan.executor(handle, *io)
     for _ in range(warmup):
@@ -413,45 +410,28 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
     host: list[float] = []
 
     def queue() -> None:
-        start = time.perf_counter()
         for _ in range(runs):
             run(*arrays)
-        queued[0] = (time.perf_counter() - start) * 1e3 / runs
-    queued = [0.0]  # the host's time of the sample kept (the last taken)
     for _ in range(iters):
         if flush is not None:
             flush()
-        ms, plan.held = held_ms(handle.stream, queue, plan.held)
+        ms, queued, plan.held = held_ms(handle.stream, queue, plan.held)
         gpu.append(ms / runs if ms is not None else float("nan"))
-        host.append(queued[0])
+        host.append(queued / runs)
     return sorted(gpu)[len(gpu) // 2], sorted(host)[len(host) // 2]
-
-
-#: where the fastest plan is host-bound, plans within this fraction of its GPU time count as tied and :func:`autotune`
-#: takes the one whose execution costs the host least (docs/graph_paths.md)
-TIE = 0.05
-
-
-def _fastest_first(timed: list[tuple[Plan, float, float]]) -> list[tuple[Plan, float | None]]:
-    """[(plan, GPU ms)] of [(plan, GPU ms, host ms)] by GPU time, host-bound ties broken (:data:`TIE`)."""
-    timed = sorted(timed, key=lambda r: r[1] if not math.isnan(r[1]) else math.inf)
-    first = timed[0]
-    if first[2] > first[1]:
-        first = min((r for r in timed if r[1] <= timed[0][1] * (1 + TIE)), key=lambda r: r[2])
-    return [(p, ms) for p, ms, _ in [first] + [r for r in timed if r is not first]]
 
 
 def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"), warmup: int = 2, iters: int = 5,
              **filters) -> list[tuple[Plan, float | None]]:
     """Time every buildable plan of ``modes`` on ``variant_pack`` (:func:`time_plan`) and make the fastest
-    ``graph.plans[0]`` (where it is host-bound: of the plans within :data:`TIE` of its GPU time, the one whose
+    ``graph.plans[0]`` (where it is host-bound: of the plans within :data:`~cudnn_py.core.streams.TIE` of its GPU time, the one whose
     execution costs the host least). Returns [(plan, GPU ms)], that plan first, then the others fastest first."""
     if "cache" in filters:
         raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
                                "it takes no cache=")
     # "held", "host-ties": keys apart the store's entries timed the older ways
     options = ("autotune", "held", "host-ties", tuple(_mode_name(m) for m in modes), tuple(sorted(filters.items())))
-    results: list[tuple[Plan, float | None]] | None = _stored(graph, handle, options)
+    results: Sequence[tuple[Plan, float | None]] | None = _stored(graph, handle, options)
     if not results:
         timed: list[tuple[Plan, float, float]] = []
         for plan in build_plans(graph, handle, modes, policy="all", cache=False, **filters):
@@ -461,7 +441,7 @@ def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"),
                 continue
         if not timed:
             raise _unsupported(graph, modes, [("autotune", "every plan failed to execute")])
-        results = _fastest_first(timed)
+        results = fastest_first(timed)
         _store(graph, handle, options, results[:4])  # the fastest few: loading a plan can cost a compilation
     graph.plans = [p for p, _ in results]
-    return results
+    return list(results)

@@ -101,7 +101,7 @@ def measure_legacy(p: Problem, h, settings, progress: Progress | None = None) ->
             run(algo)
         if flush is not None:
             flush()
-        ms, hold = held_ms(h.stream, lambda: run(algo), algo not in unheld)
+        ms, _, hold = held_ms(h.stream, lambda: run(algo), algo not in unheld)
         if not hold:
             unheld.add(algo)
         return ms
