@@ -424,8 +424,9 @@ def _sample(plan: Plan, handle, variant_pack: dict, warmup: int, iters: int,
 def autotune(graph, handle, variant_pack: dict, *, modes=("A", "B", "FALLBACK"), warmup: int = 2, iters: int = 5,
              **filters) -> list[tuple[Plan, float | None]]:
     """Time every buildable plan of ``modes`` on ``variant_pack`` (:func:`time_plan`) and make the fastest
-    ``graph.plans[0]`` (where it is host-bound: of the plans within :data:`~cudnn_py.core.streams.TIE` of its GPU time, the one whose
-    execution costs the host least). Returns [(plan, GPU ms)], that plan first, then the others fastest first."""
+    ``graph.plans[0]`` (where it is host-bound: of the plans within :data:`~cudnn_py.core.streams.TIE` of its GPU
+    time, the one whose execution costs the host least: :func:`~cudnn_py.core.streams.fastest_first`). Returns
+    [(plan, GPU ms)], that plan first, then the others fastest first."""
     if "cache" in filters:
         raise InvalidTypeError("autotune always builds every plan anew (and keeps its timings in the plan store); "
                                "it takes no cache=")
