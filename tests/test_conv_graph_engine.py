@@ -183,6 +183,7 @@ def test_auto_engine_is_measured_and_matches_reference(handle, rng, case, dtype)
     path (engine_choice) and keeps one; that call's output, a repeat call's (its route: no measuring) into a
     poisoned array and an allocated one, and a beta blend (restored between measured runs) match float64."""
     from cudnn_py.calls import engine_choice as ec
+    from cudnn_py.core import streams
     from cudnn_py.core.memory import empty, to_device
     handle.clear_caches()
     xs, wsh, kw = CASES[case]
@@ -216,8 +217,9 @@ def test_auto_engine_is_measured_and_matches_reference(handle, rng, case, dtype)
     assert set(chosen) == {"convolution_forward", "convolution_backward_data", "convolution_backward_filter"}
     for c in chosen.values():
         assert c.engine in ("legacy", "graph") and c.source in ("measured", "database")
-        if c.legacy_ms is not None and c.graph_ms is not None:  # both engines ran: the faster is kept
-            assert c.engine == ("graph" if c.graph_ms < c.legacy_ms else "legacy")
+        if c.legacy_ms is not None and c.graph_ms is not None:  # both engines ran: the faster is kept, or one
+            kept, other = (c.graph_ms, c.legacy_ms) if c.engine == "graph" else (c.legacy_ms, c.graph_ms)
+            assert kept <= other * (1 + streams.TIE)  # within TIE of it that costs the host less (fastest_first)
     print(case, dtype, {k: (c.engine, c.legacy_ms, c.graph_ms) for k, c in chosen.items()})
     # beta blending into the caller's y: measuring restores y before every run, so y = conv + 2 * y0 once
     y0 = rng.standard_normal(shapes["forward"]).astype(dtype)
