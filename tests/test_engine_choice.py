@@ -96,16 +96,22 @@ def test_faster_engine_wins_and_runs_last(db, monkeypatch, legacy_ms, graph_ms, 
 
 def test_each_engine_keeps_its_own_hold_and_a_host_bound_tie_goes_to_the_host_cheaper_engine(db, monkeypatch):
     """A sample whose hold timed out leaves that engine's next samples unheld, the other's held; where the faster
-    engine's GPU time is below its host time, an engine within streams.TIE of it that costs the host less wins (a
-    tiny legacy convolution: cuDNN's host time per call is several times the graph's)."""
-    from cudnn_py.core.streams import TIE
-    e = engines(monkeypatch, legacy_ms=0.0050, graph_ms=0.0050 * (1 + TIE / 2), host_ms=(0.040, 0.010))
+    engine's GPU time is below its host time, an engine within streams.TIE of it (or within the events' resolution)
+    that costs the host less wins (a tiny legacy convolution: cuDNN's host time per call is several times the
+    graph's)."""
+    from cudnn_py.core.streams import EVENT_RESOLUTION_MS, TIE
+    e = engines(monkeypatch, legacy_ms=0.050, graph_ms=0.050 * (1 + TIE / 2), host_ms=(0.400, 0.100))
     assert run(NoCallHandle(), e) == "graph"
     assert e.holds == [("legacy", True), ("graph", True)] + [("legacy", False), ("graph", True)] * (ec.ROUNDS - 1)
-    e = engines(monkeypatch, legacy_ms=0.0050, graph_ms=0.0050 * (1 + 2 * TIE), host_ms=(0.040, 0.010))
+    e = engines(monkeypatch, legacy_ms=0.050, graph_ms=0.050 * (1 + 2 * TIE), host_ms=(0.400, 0.100))
     assert run(NoCallHandle(), e, key=("not tied",)) == "legacy"  # the GPU's time decides
-    e = engines(monkeypatch, legacy_ms=0.0050, graph_ms=0.0050 * (1 + TIE / 2), host_ms=(0.004, 0.001))
+    e = engines(monkeypatch, legacy_ms=0.050, graph_ms=0.050 * (1 + TIE / 2), host_ms=(0.040, 0.010))
     assert run(NoCallHandle(), e, key=("GPU-bound",)) == "legacy"  # the GPU's time decides
+    # a 3 us kernel: 0.4 us apart is 13 %, but within the events' resolution (one run a sample): tied
+    e = engines(monkeypatch, legacy_ms=0.0030, graph_ms=0.0034, host_ms=(0.020, 0.006))
+    assert run(NoCallHandle(), e, key=("resolution",)) == "graph"
+    e = engines(monkeypatch, legacy_ms=0.0030, graph_ms=0.0030 + 2 * EVENT_RESOLUTION_MS, host_ms=(0.020, 0.006))
+    assert run(NoCallHandle(), e, key=("beyond it",)) == "legacy"
 
 
 def test_choice_remembered_per_handle_and_shown_by_cache_info(db, monkeypatch):

@@ -320,3 +320,7 @@ def test_fastest_first_orders_by_gpu_time_and_breaks_host_bound_ties_by_host_tim
     assert _fastest_first(timed)[0] == ("tied", 0.0030 * (1 + TIE))
     gpu_bound = [("a", 0.500, 0.010), ("b", 0.500 * (1 + TIE / 2), 0.004), ("c", 0.6, 0.001)]
     assert [p for p, _ in _fastest_first(gpu_bound)] == ["a", "b", "c"]
+    # resolution: an absolute tie margin as well (a single event pair's), where it exceeds TIE's
+    tiny = [("a", 0.0030, 0.020), ("b", 0.0034, 0.006), ("c", 0.0036, 0.001)]
+    assert [p for p, _ in _fastest_first(tiny)] == ["a", "b", "c"]  # 13 % apart: not within TIE
+    assert [p for p, _ in _fastest_first(tiny, 0.0005)] == ["b", "a", "c"]  # c is 0.6 us slower: not tied

@@ -17,7 +17,7 @@ import numpy as np
 
 from cudnn_py.clib import recording
 from cudnn_py.core.caches import handle_cache
-from cudnn_py.core.streams import fastest_first, held_ms
+from cudnn_py.core.streams import EVENT_RESOLUTION_MS, fastest_first, held_ms
 from cudnn_py.errors import CudnnPyError, InvalidValueError
 
 __all__ = ["Choice", "run", "run_static", "chosen", "choices", "signature", "set_mode", "mode", "on_mode_change",
@@ -182,7 +182,8 @@ def _measure(handle, cache, key, legacy, graph, mutated, static: str,
     live = {name: (None if t[0] == math.inf else t[0]) for name, t in best.items() if name not in errors}
     if not live:
         raise errors["legacy"] or errors["graph"]  # type: ignore[misc]
-    winner = fastest_first([(name, *best[name]) for name in live])[0][0]
+    # one run a sample: GPU times closer than the events' resolution are a tie
+    winner = fastest_first([(name, *best[name]) for name in live], EVENT_RESOLUTION_MS)[0][0]
     restore()
     recording.rewind(before)  # what a prepared call repeats is the winner's run alone
     engines[winner]()

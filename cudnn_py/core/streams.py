@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from cuda.core import Device, Stream
 
 __all__ = ["StreamLike", "get_device", "as_stream", "stream_ptr", "new_stream", "synchronize", "timer", "Timer",
-           "held_ms", "fastest_first", "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT", "TIE"]
+           "held_ms", "fastest_first", "cuda_core", "driver", "missing_device", "HOLD_TIMEOUT", "TIE",
+           "EVENT_RESOLUTION_MS"]
 
 #: seconds a held stream (``timer(hold=True)``) waits at most for a block that waits for the stream itself
 HOLD_TIMEOUT = 2.0
@@ -385,14 +386,18 @@ _T = TypeVar("_T")
 #: where the fastest of several timed alternatives is host-bound, those within this fraction of its GPU time count as
 #: tied and :func:`fastest_first` puts first the one costing the host least (a loop of them runs at the host's pace)
 TIE = 0.05
+#: the resolution CUDA gives for the time between two events (``cudaEventElapsedTime``: about 0.5 us), in ms
+EVENT_RESOLUTION_MS = 0.0005
 
 
-def fastest_first(timed: Sequence[tuple[_T, float, float]]) -> list[tuple[_T, float]]:
-    """[(item, GPU ms)] of [(item, GPU ms, host ms)] by GPU time (NaN last), a host-bound tie broken (:data:`TIE`)."""
+def fastest_first(timed: Sequence[tuple[_T, float, float]], resolution: float = 0.0) -> list[tuple[_T, float]]:
+    """[(item, GPU ms)] of [(item, GPU ms, host ms)] by GPU time (NaN last), a host-bound tie broken: within
+    :data:`TIE` of the fastest GPU time, or ``resolution`` ms of it (what one sample cannot tell apart)."""
     timed = sorted(timed, key=lambda r: r[1] if not math.isnan(r[1]) else math.inf)
     first = timed[0]
     if first[2] > first[1]:
-        first = min((r for r in timed if r[1] <= timed[0][1] * (1 + TIE)), key=lambda r: r[2])
+        bound = max(first[1] * (1 + TIE), first[1] + resolution)
+        first = min((r for r in timed if r[1] <= bound), key=lambda r: r[2])
     return [(p, ms) for p, ms, _ in [first] + [r for r in timed if r is not first]]
 
 
