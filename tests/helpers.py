@@ -262,7 +262,7 @@ class FakeCFunction:
         self.calls.append(args)
 
 
-def clock_stand_in(ms_of):
+def held_ms_stand_in(ms_of):
     """A stand-in for ``streams.held_ms`` in engine_choice: runs ``fn`` and answers ``ms_of(fn)`` as its GPU time,
     no host time."""
     def held_ms(stream, fn, hold):

@@ -14,7 +14,7 @@ from cudnn_py.graph import GraphNotSupportedError
 from cudnn_py.graph.legacy import GraphPathRefused
 from cudnn_py.core.handle import Handle
 from cudnn_py.tuning import TuningDatabase
-from helpers import NoCallHandle, clock_stand_in, fake
+from helpers import NoCallHandle, held_ms_stand_in, fake
 from reference import batchnorm as ref
 
 
@@ -350,7 +350,7 @@ class ConvEngines:
                                                                                                    dtype))
         monkeypatch.setattr(cv, "_legacy", lambda *a: self.ran.append("legacy") or a[6])  # a[6]: the output
         # a runner entry: the graph route (what engine_choice times after the graph's first, untimed run)
-        monkeypatch.setattr(ec, "held_ms", clock_stand_in(lambda fn: self.ms[
+        monkeypatch.setattr(ec, "held_ms", held_ms_stand_in(lambda fn: self.ms[
             "graph" if isinstance(self.ran[-1], tuple) else self.ran[-1]]))
 
 

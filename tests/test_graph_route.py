@@ -14,7 +14,7 @@ from cudnn_py.calls import engine_choice as ec
 from cudnn_py.clib import recording
 from cudnn_py.errors import InvalidValueError
 from cudnn_py.graph import legacy as gl, runner as R
-from helpers import clock_stand_in, fake_array, fake_cudnn_handle, fake_plan
+from helpers import held_ms_stand_in, fake_array, fake_cudnn_handle, fake_plan
 
 SHAPE = (2, 64, 4, 4)
 
@@ -100,7 +100,7 @@ def measured(monkeypatch):
     """The engine choice measuring in memory, the graph timed faster."""
     monkeypatch.setattr(ec, "_database", lambda: None)
     monkeypatch.setattr(ec, "_mode", [None])
-    monkeypatch.setattr(ec, "held_ms", clock_stand_in(lambda fn: 1.0 if getattr(fn, "legacy", False) else 0.5))
+    monkeypatch.setattr(ec, "held_ms", held_ms_stand_in(lambda fn: 1.0 if getattr(fn, "legacy", False) else 0.5))
 
 
 def _legacy(runs):

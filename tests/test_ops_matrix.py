@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cudnn_py
-from helpers import NoCallHandle, clock_stand_in, fake
+from helpers import NoCallHandle, held_ms_stand_in, fake
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "ops_matrix.py"
 
@@ -165,7 +165,7 @@ def test_measure_rows_auto_choice_and_json(om, monkeypatch, tmp_path):
     monkeypatch.setattr(ec, "_mode", ["measure"])
 
     # the graph path 'measures' faster
-    monkeypatch.setattr(ec, "held_ms", clock_stand_in(lambda fn: {"graph": 1.0, "legacy": 2.0}[calls[-1][1]]))
+    monkeypatch.setattr(ec, "held_ms", held_ms_stand_in(lambda fn: {"graph": 1.0, "legacy": 2.0}[calls[-1][1]]))
     b = FakeBench(om)
     b.cudnn = types.SimpleNamespace(synchronize=lambda: None)
     b.host_us = lambda fn: 3.0

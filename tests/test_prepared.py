@@ -16,7 +16,7 @@ from cudnn_py.core import memory
 from cudnn_py.core.memory import DeviceArray
 from cudnn_py.core.strided import shares_elements
 from cudnn_py.ops import _common
-from helpers import FakeCFunction, clock_stand_in, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
+from helpers import FakeCFunction, held_ms_stand_in, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
 arr, CFn, fake_handle = fake_array, FakeCFunction, fake_cudnn_handle
 
@@ -396,7 +396,7 @@ def test_results_are_rebuilt_in_shape_given_and_new_outputs_in_place():
 @pytest.fixture
 def measuring(monkeypatch):
     """engine_choice measures both engines here: every timed run takes 1 ms, no tuning database."""
-    monkeypatch.setattr(engine_choice, "held_ms", clock_stand_in(lambda fn: 1.0))
+    monkeypatch.setattr(engine_choice, "held_ms", held_ms_stand_in(lambda fn: 1.0))
     monkeypatch.setattr(engine_choice, "_store", lambda *a: None)
     monkeypatch.setattr(engine_choice, "_stored", lambda *a: None)
 

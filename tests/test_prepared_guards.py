@@ -23,7 +23,7 @@ from cudnn_py.errors import ClosedError
 from cudnn_py.graph import legacy as gl
 from cudnn_py.core.memory import DeviceArray, DeviceArrayLike
 from cudnn_py.ops import _common
-from helpers import FakeCFunction, clock_stand_in, NoCallHandle, fake_array, fake_cudnn_handle, fake_prepared_outputs
+from helpers import FakeCFunction, held_ms_stand_in, NoCallHandle, fake_array, fake_cudnn_handle, fake_prepared_outputs
 
 
 @pytest.fixture(autouse=True)
@@ -192,7 +192,7 @@ def measured(monkeypatch):
         seen["mutated"] = tuple(arrays)
         return lambda: None
     monkeypatch.setattr(ec, "_snapshot", snapshot)
-    monkeypatch.setattr(ec, "held_ms", clock_stand_in(lambda fn: 1.0))
+    monkeypatch.setattr(ec, "held_ms", held_ms_stand_in(lambda fn: 1.0))
     monkeypatch.setattr(ec, "_stored", lambda handle, key: None)
     monkeypatch.setattr(ec, "_store", lambda handle, key, got: None)
     monkeypatch.setattr(ec, "mode", lambda: "measure")
