@@ -29,6 +29,12 @@ time) and the torch column is empty.
     python benchmarks/ops_matrix.py --smoke          # imports, arguments, the GPU check: one line
     python benchmarks/ops_matrix.py --probe --ops conv_fwd --dtypes float32 --layouts NCHW --sizes large
     python benchmarks/ops_matrix.py --markdown run1.json run2.json   # the rows of --json files as Markdown
+    python benchmarks/ops_matrix.py --compare new1.json,new2.json old1.json,old2.json   # two trees' runs, cell by cell
+
+``--compare`` sets two source trees side by side from their ``--json`` runs (take them interleaved on one warm machine:
+old, new, old, new): per cell (row and cudnn-py peer) the median over each tree's runs, new over old; the cells more
+than ``--bar`` slower are listed, and again after dividing by torch's drift (the median new over old of the torch
+cells, the same kernels in both trees: what the GPU's clock moved between the runs).
 
 ``--probe`` (per selected row, after its peers): every engine configuration cuDNN offers for each graph the graph
 path runs (heuristics modes A, B and FALLBACK, enumerated as ``algos --graph`` does, each built into a plan bound to
@@ -161,7 +167,10 @@ def parse(argv=None, check=None) -> argparse.Namespace:
                                                          "of each row beside torch (slow: use the filters)")
     p.add_argument("--markdown", nargs="+", metavar="JSON", help="print the rows of these --json files as one "
                                                                   "Markdown table, then exit (no GPU needed)")
-    if check is not None and "--markdown" in (sys.argv[1:] if argv is None else argv):
+    p.add_argument("--compare", nargs=2, metavar=("NEW", "OLD"), help="two trees' --json runs (each comma-separated): "
+                   "the cells of NEW more than --bar slower than OLD's, then exit (no GPU needed)")
+    p.add_argument("--bar", type=float, default=0.02, help="--compare: the slowdown listed (default 0.02: 2 %%)")
+    if check is not None and {"--markdown", "--compare"} & set(sys.argv[1:] if argv is None else argv):
         check = functools.partial(check, gpu=False)
     a = (check or argparse.ArgumentParser.parse_args)(p, argv)
     if a.rounds < 1 or a.sample_ms <= 0:
@@ -762,10 +771,41 @@ def markdown(paths: list[str]) -> str:
                                      f"{m.get('rounds')} rounds, {m.get('date')}" for m in meta])
 
 
+def compare(new: list[str], old: list[str], bar: float = 0.02) -> str:
+    """The cells (row, cudnn-py peer) of the ``new`` tree's ``--json`` runs more than ``bar`` slower than the ``old``
+    tree's, each the median over its tree's runs; beside each, the ratio over torch's drift (the median new / old of
+    the torch cells); then a summary line."""
+    def cells(paths: list[str]) -> dict[tuple, float]:
+        got: dict[tuple, list[float]] = {}
+        for path in paths:
+            with open(path) as fh:
+                for r in json.load(fh)["rows"]:
+                    for peer, ms in r["ms"].items():
+                        if ms:
+                            got.setdefault((r["op"], r["dtype"], r["layout"], r["size"], peer), []).append(ms)
+        return {k: statistics.median(v) for k, v in got.items()}
+
+    a, b = cells(new), cells(old)
+    both = sorted(k for k in a.keys() & b.keys())
+    torch_q = sorted(a[k] / b[k] for k in both if k[-1] == "torch")
+    drift = statistics.median(torch_q) if torch_q else 1.0
+    ours = [(k, a[k] / b[k]) for k in both if k[-1] != "torch"]
+    slower = [(k, q) for k, q in ours if q > 1 + bar]
+    lines = [f"{' '.join(k[:-1])} {k[-1]}: {a[k]:.5f} vs {b[k]:.5f} ms = {q:.3f}x ({q / drift:.3f}x over drift)"
+             for k, q in slower]
+    spread = f", {torch_q[0]:.3f}-{torch_q[-1]:.3f}" if torch_q else ""
+    lines.append(f"{len(ours)} cells (runs: {len(new)} new, {len(old)} old): {len(slower)} more than {bar:.0%} slower, "
+                 f"{sum(q / drift > 1 + bar for _, q in slower)} over torch's drift ({drift:.3f}x{spread})")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     args = parse(argv, script_args)
     if args.markdown:
         print(markdown(args.markdown))
+        return 0
+    if args.compare:
+        print(compare(*(paths.split(",") for paths in args.compare), bar=args.bar))
         return 0
     sel = selected(args.ops, args.dtypes, args.layouts, args.sizes)
     torch = None
