@@ -34,7 +34,8 @@ time) and the torch column is empty.
 ``--compare`` sets two source trees side by side from their ``--json`` runs (take them interleaved on one warm machine:
 old, new, old, new): per cell (row and cudnn-py peer) the median over each tree's runs, new over old; the cells more
 than ``--bar`` slower are listed, and again after dividing by torch's drift (the median new over old of the torch
-cells, the same kernels in both trees: what the GPU's clock moved between the runs).
+cells, the same kernels in both trees: what the GPU's clock moved between the runs); so are the cells only the
+old tree measured.
 
 ``--probe`` (per selected row, after its peers): every engine configuration cuDNN offers for each graph the graph
 path runs (heuristics modes A, B and FALLBACK, enumerated as ``algos --graph`` does, each built into a plan bound to
@@ -774,7 +775,7 @@ def markdown(paths: list[str]) -> str:
 def compare(new: list[str], old: list[str], bar: float = 0.02) -> str:
     """The cells (row, cudnn-py peer) of the ``new`` tree's ``--json`` runs more than ``bar`` slower than the ``old``
     tree's, each the median over its tree's runs; beside each, the ratio over torch's drift (the median new / old of
-    the torch cells); then a summary line."""
+    the torch cells); the cells only the old tree measured (a configuration the new one lost); a summary line."""
     def cells(paths: list[str]) -> dict[tuple, float]:
         got: dict[tuple, list[float]] = {}
         for path in paths:
@@ -786,13 +787,14 @@ def compare(new: list[str], old: list[str], bar: float = 0.02) -> str:
         return {k: statistics.median(v) for k, v in got.items()}
 
     a, b = cells(new), cells(old)
-    both = sorted(k for k in a.keys() & b.keys())
+    both = sorted(a.keys() & b.keys())
     torch_q = sorted(a[k] / b[k] for k in both if k[-1] == "torch")
     drift = statistics.median(torch_q) if torch_q else 1.0
     ours = [(k, a[k] / b[k]) for k in both if k[-1] != "torch"]
     slower = [(k, q) for k, q in ours if q > 1 + bar]
     lines = [f"{' '.join(k[:-1])} {k[-1]}: {a[k]:.5f} vs {b[k]:.5f} ms = {q:.3f}x ({q / drift:.3f}x over drift)"
              for k, q in slower]
+    lines += [f"{' '.join(k[:-1])} {k[-1]}: {b[k]:.5f} ms in the old tree only" for k in sorted(b.keys() - a.keys())]
     spread = f", {torch_q[0]:.3f}-{torch_q[-1]:.3f}" if torch_q else ""
     lines.append(f"{len(ours)} cells (runs: {len(new)} new, {len(old)} old): {len(slower)} more than {bar:.0%} slower, "
                  f"{sum(q / drift > 1 + bar for _, q in slower)} over torch's drift ({drift:.3f}x{spread})")
