@@ -32,10 +32,10 @@ time) and the torch column is empty.
     python benchmarks/ops_matrix.py --compare new1.json,new2.json old1.json,old2.json   # two trees' runs, cell by cell
 
 ``--compare`` sets two source trees side by side from their ``--json`` runs (take them interleaved on one warm machine:
-old, new, old, new): per cell (row and cudnn-py peer) the median over each tree's runs, new over old; the cells more
-than ``--bar`` slower are listed, and again after dividing by torch's drift (the median new over old of the torch
-cells, the same kernels in both trees: what the GPU's clock moved between the runs); so are the cells only the
-old tree measured.
+old, new, old, new): per cell (row and cudnn-py peer) the median over each tree's runs, new over old, as measured
+and at each run's torch level (every cell of a run divided by the median of its torch cells over their typical
+times: torch runs the same kernels in both trees, so its level is the GPU's clock in that run); the cells more than
+``--bar`` slower either way are listed, and so are the cells only the old tree measured.
 
 ``--probe`` (per selected row, after its peers): every engine configuration cuDNN offers for each graph the graph
 path runs (heuristics modes A, B and FALLBACK, enumerated as ``algos --graph`` does, each built into a plan bound to
@@ -774,30 +774,38 @@ def markdown(paths: list[str]) -> str:
 
 def compare(new: list[str], old: list[str], bar: float = 0.02) -> str:
     """The cells (row, cudnn-py peer) of the ``new`` tree's ``--json`` runs more than ``bar`` slower than the ``old``
-    tree's, each the median over its tree's runs; beside each, the ratio over torch's drift (the median new / old of
-    the torch cells); the cells only the old tree measured (a configuration the new one lost); a summary line."""
-    def cells(paths: list[str]) -> dict[tuple, float]:
+    tree's, each the median over its tree's runs, as measured and at each run's torch level (every cell of a run
+    divided by the median of its torch cells over their typical times: the GPU's clock in that run); the cells only
+    the old tree measured (a configuration the new one lost); a summary line with each run's level."""
+    def cells(path: str) -> dict[tuple, float]:
+        with open(path) as fh:
+            return {(r["op"], r["dtype"], r["layout"], r["size"], peer): ms
+                    for r in json.load(fh)["rows"] for peer, ms in r["ms"].items() if ms}
+
+    runs_new, runs_old = [cells(p) for p in new], [cells(p) for p in old]
+    runs = runs_new + runs_old
+    torch_cells = [k for k in set.intersection(*map(set, runs)) if k[-1] == "torch"]
+    typical = {k: statistics.median(r[k] for r in runs) for k in torch_cells}
+    levels = [statistics.median(r[k] / typical[k] for k in torch_cells) if torch_cells else 1.0 for r in runs]
+
+    def medians(tree: list[dict], lv: list[float]) -> dict[tuple, float]:
         got: dict[tuple, list[float]] = {}
-        for path in paths:
-            with open(path) as fh:
-                for r in json.load(fh)["rows"]:
-                    for peer, ms in r["ms"].items():
-                        if ms:
-                            got.setdefault((r["op"], r["dtype"], r["layout"], r["size"], peer), []).append(ms)
+        for r, level in zip(tree, lv):
+            for k, ms in r.items():
+                got.setdefault(k, []).append(ms / level)
         return {k: statistics.median(v) for k, v in got.items()}
 
-    a, b = cells(new), cells(old)
-    both = sorted(a.keys() & b.keys())
-    torch_q = sorted(a[k] / b[k] for k in both if k[-1] == "torch")
-    drift = statistics.median(torch_q) if torch_q else 1.0
-    ours = [(k, a[k] / b[k]) for k in both if k[-1] != "torch"]
-    slower = [(k, q) for k, q in ours if q > 1 + bar]
-    lines = [f"{' '.join(k[:-1])} {k[-1]}: {a[k]:.5f} vs {b[k]:.5f} ms = {q:.3f}x ({q / drift:.3f}x over drift)"
-             for k, q in slower]
+    a, b = medians(runs_new, [1.0] * len(new)), medians(runs_old, [1.0] * len(old))
+    la, lb = medians(runs_new, levels[:len(new)]), medians(runs_old, levels[len(new):])
+    ours = [(k, a[k] / b[k], la[k] / lb[k]) for k in sorted(a.keys() & b.keys()) if k[-1] != "torch"]
+    slower = [(k, q, lq) for k, q, lq in ours if max(q, lq) > 1 + bar]
+    lines = [f"{' '.join(k[:-1])} {k[-1]}: {a[k]:.5f} vs {b[k]:.5f} ms = {q:.3f}x ({lq:.3f}x at each run's torch "
+             f"level)" for k, q, lq in slower]
     lines += [f"{' '.join(k[:-1])} {k[-1]}: {b[k]:.5f} ms in the old tree only" for k in sorted(b.keys() - a.keys())]
-    spread = f", {torch_q[0]:.3f}-{torch_q[-1]:.3f}" if torch_q else ""
-    lines.append(f"{len(ours)} cells (runs: {len(new)} new, {len(old)} old): {len(slower)} more than {bar:.0%} slower, "
-                 f"{sum(q / drift > 1 + bar for _, q in slower)} over torch's drift ({drift:.3f}x{spread})")
+    shown = " / ".join(" ".join(f"{lv:.3f}" for lv in part) for part in (levels[:len(new)], levels[len(new):]))
+    lines.append(f"{len(ours)} cells (runs: {len(new)} new, {len(old)} old): {sum(q > 1 + bar for _, q, _ in slower)} "
+                 f"more than {bar:.0%} slower, {sum(lq > 1 + bar for _, _, lq in slower)} at each run's torch level "
+                 f"(levels {shown})")
     return "\n".join(lines)
 
 
