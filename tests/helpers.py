@@ -152,7 +152,7 @@ class FakeTorchDtype:
 
 class FakeTorchTensor:
     """What cudnn_py reads of a torch tensor without a DLPack view (memory.array_signature, Graph.tensor_like):
-    shape, stride(), dtype, is_cuda, get_device(), data_ptr(); device -1 is the CPU."""
+    shape, stride(), is_contiguous(), dtype, is_cuda, get_device(), data_ptr(); device -1 is the CPU."""
 
     def __init__(self, shape, dtype, ptr=None, strides=None, device=0):
         self.shape, self.dtype, self._device = tuple(shape), dtype, device
@@ -162,6 +162,11 @@ class FakeTorchTensor:
 
     def stride(self):
         return self._strides
+
+    def is_contiguous(self):
+        """torch's test: C-contiguous strides but in dims of size 1."""
+        want = memory.c_strides(self.shape)
+        return 0 in self.shape or all(n == 1 or s == w for n, s, w in zip(self.shape, self._strides, want))
 
     def get_device(self):
         return self._device

@@ -585,3 +585,30 @@ def test_torch_outputs_viewing_one_allocation_are_allocated_one_by_one(monkeypat
     assert made == [((8,), (1,), np.dtype(np.float32), 0)] * 2 and len(fn.calls) == 2
     assert type(a) is FakeTorchTensor and (a.shape, a.stride()) == ((8,), (1,)) == (b.shape, b.stride())
     assert fn.calls[-1][1:] == (x.data_ptr(), a.data_ptr(), b.data_ptr()) and a.data_ptr() != b.data_ptr()
+
+
+def test_the_guard_reads_a_contiguous_torch_tensor_by_torchs_own_test(monkeypatch):
+    """A torch tensor contiguous on the first call is checked by ``is_contiguous()`` on a repeat call: one whose
+    strides differ only in dims of size 1 (which address no other element) replays the prepared call at its address;
+    other strides, or a tensor not contiguous on the first call whose strides change, are keyed anew."""
+    from helpers import FakeTorchTensor, fake_torch
+    torch = fake_torch(monkeypatch)
+    fn, strides = CFn(), []
+
+    @P.prepared(inputs=("x",), outputs=())
+    def op(handle, x):
+        strides.append(x.stride())
+        _common.launch(handle, fn, handle.ptr, arr(x.shape, ptr=x.data_ptr(), strides=x.stride()))
+
+    def tensor(shape, st=None):
+        return FakeTorchTensor(shape, torch.float32, arr().ptr, st)
+    h = fake_handle()
+    op(h, tensor((1, 4, 1, 8)))
+    odd = tensor((1, 4, 1, 8), (5, 8, 3, 1))
+    assert odd.is_contiguous()
+    op(h, odd)
+    assert strides == [(32, 8, 8, 1)] and fn.calls[-1][1] == odd.data_ptr()  # replayed at its address
+    op(h, tensor((1, 4, 1, 8), (32, 1, 8, 4)))  # a dim of 4 and one of 8 strided otherwise: not contiguous
+    assert strides[1:] == [(32, 1, 8, 4)]
+    op(h, tensor((1, 4, 1, 8), (64, 1, 8, 8)))  # not contiguous first: its strides are compared
+    assert strides[2:] == [(64, 1, 8, 8)]

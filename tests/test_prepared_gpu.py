@@ -155,6 +155,27 @@ def test_torch_in_torch_out(name):
             np.testing.assert_allclose(o.cpu().numpy(), want.to_numpy(), rtol=1e-6)
 
 
+def test_a_contiguous_torch_tensor_with_other_strides_in_dims_of_size_1_replays_right():
+    """The guard checks a tensor that was contiguous when the call was prepared by torch's ``is_contiguous()``: one
+    of that shape whose strides differ in its dims of size 1 alone replays the function's last prepared call at its
+    own address (no new prepared call), the output given (poisoned) or new, and matches float64."""
+    torch = pytest.importorskip("torch")
+    with cudnn.Handle() as h:
+        for given in (True, False):
+            def out():
+                return torch.full((1, 8, 1, 6), float("nan"), device="cuda") if given else None
+            cudnn.activation_forward(h, "tanh", torch.randn(1, 8, 1, 6, device="cuda"), y=out())  # prepared here
+            made = h.cache_info()["prepared"]
+            x = torch.randn(400, device="cuda").as_strided((1, 8, 1, 6), (77, 6, 5, 1), storage_offset=16)
+            assert x.is_contiguous() and x.stride() != (48, 6, 6, 1)
+            y = out()
+            got = cudnn.activation_forward(h, "tanh", x, y=y)
+            assert got is y if given else isinstance(got, torch.Tensor)
+            want = np.tanh(x.cpu().numpy().astype(np.float64))
+            np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-5, atol=1e-6)
+            assert h.cache_info()["prepared"] == made
+
+
 def test_torch_output_is_ordered_on_the_handle_stream():
     """The handle works on its own stream behind a long kernel; the output torch allocated is freed at once and a
     new tensor made on torch's stream: without record_stream the allocator would hand the same block out and the

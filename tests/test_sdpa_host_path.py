@@ -149,9 +149,6 @@ class _Tensor(FakeTorchTensor):
     def dim(self):
         return len(self.shape)
 
-    def is_contiguous(self):
-        return self._strides == tuple(np.cumprod((1, *self.shape[:0:-1]))[::-1].tolist())
-
     def permute(self, dims):
         return _Tensor([self.shape[d] for d in dims], self.dtype, self._ptr, [self._strides[d] for d in dims])
 
@@ -227,6 +224,13 @@ def test_the_torch_op_repeat_call_is_the_core_prepared_call(stand_ins, monkeypat
     for args in ((head_strided, k, v), (q, grad, v), (q, k, _Tensor((2, 64, 64), q.dtype))):
         assert ops.sdpa(*args) == "checked"
     assert ops.sdpa(q, k, v, bias=q) == "checked" and len(checked) == 4
+    # tensors of another device than the current one miss the guard (it holds the device) and run on their own
+    monkeypatch.setattr(ops, "context", lambda dev: types.SimpleNamespace(run=lambda fn, *a, **kw: f"ran on {dev}"))
+    assert ops.sdpa(*_qkv(sys.modules["torch"], device=1), causal=True) == "ran on 1"
+    runtime = sys.modules["cudnn_py.torch.runtime"]
+    monkeypatch.setattr(runtime._local, "contexts", {})
+    monkeypatch.setattr(runtime, "_current_device", None)  # torch's CUDA is not touched before a thread's first call
+    assert runtime.replay(S.sdpa, (q, k, v), {"causal": True}) is prepared.MISS
 
 
 def _profile() -> None:  # pragma: no cover - run by hand

@@ -541,7 +541,8 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
            epoch: tuple[Callable[[], Any], Any] | None) -> tuple[list[str], list[str], dict] | None:
     """The guard of a prepared call made from a call keyed with ``args``, ``kwargs`` (as given), ``ptrs`` and
     ``epoch`` (the function and the value it answered): lines of ``fast(handle, args, kwargs)`` answering
-    :data:`MISS` unless the call would build the same key (the checks in the key's order, the epoch's last), the
+    :data:`MISS` unless the call would build the same key (the checks in the key's order, the epoch's last; a
+    contiguous torch tensor's strides may differ in dims of size 1, which change no address), the
     addresses left in ``p0, p1, ...`` in the key's order; the tests of those addresses alone (each true on a miss:
     their alignment, which of them are equal), which :class:`Prepared` places; the names both read. None where it
     cannot say (then only the key finds the prepared call)."""
@@ -570,9 +571,14 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
             lines.append(f"    if type({var}) is not DeviceArray or ({var}.layout_key or layout_key({var})) is not "
                          f"gL{j}:\n{miss}\n    p{slot} = {var}.ptr")
         elif memory.is_torch_tensor(v):
-            env.update({f"gT{j}": t, f"gS{j}": v.shape, f"gR{j}": v.stride(), f"gD{j}": v.dtype,
-                        f"gG{j}": v.get_device()})
-            lines.append(f"    if type({var}) is not gT{j} or {var}.shape != gS{j} or {var}.stride() != gR{j} or "
+            # a contiguous tensor's strides by torch's own test (half the cost of reading them): a tensor passing it
+            # has these strides but in dims of size 1, which address no other element
+            if v.is_contiguous():
+                layout = f"not {var}.is_contiguous()"
+            else:
+                env[f"gR{j}"], layout = v.stride(), f"{var}.stride() != gR{j}"
+            env.update({f"gT{j}": t, f"gS{j}": v.shape, f"gD{j}": v.dtype, f"gG{j}": v.get_device()})
+            lines.append(f"    if type({var}) is not gT{j} or {var}.shape != gS{j} or {layout} or "
                          f"{var}.dtype is not gD{j} or {var}.get_device() != gG{j}:\n{miss}\n"
                          f"    p{slot} = {var}.data_ptr()")
         else:

@@ -304,7 +304,7 @@ class Runner:
         """Execute with these addresses (the constants' included), unvalidated: for a caller whose key fixed every
         array's layout; the sink a prepared call records."""
         wsp = self.workspace()
-        vp = self.pack(ptrs if wsp is None else ptrs + (wsp,), ptrs, wsp)
+        vp = self.pack((wsp, *ptrs), ptrs, wsp)
         if recording.state.rec is None:
             self.execute(vp)
             return
@@ -314,10 +314,9 @@ class Runner:
         recording.add(self.replay, (recording.WorkspaceArg(self.workspace_size), *ptrs),
                       tuple(1 + i for i in range(len(ptrs)) if not n <= i < n + k))
 
-    def replay(self, wsp: int | None, *ptrs: int) -> None:
-        """Execute with workspace ``wsp`` and these addresses: a prepared call's step."""
-        key = ptrs if wsp is None else ptrs + (wsp,)
-        vp = self.packs.get(key) or self.pack(key, ptrs, wsp)
+    def replay(self, *key: Any) -> None:
+        """Execute with workspace ``key[0]`` (None: none) and the addresses after it: a prepared call's step."""
+        vp = self.packs.get(key) or self.pack(key, key[1:], key[0])
         if self.ready:
             self.settle()
         status = self.launch(self.h, self.plan_ptr, vp)

@@ -18,10 +18,10 @@ from torch._library.autograd import Info, make_autograd_impl
 
 from cudnn_py.core.caches import handle_cache
 from cudnn_py.core.handle import Handle
-from cudnn_py.calls.prepared import CACHE, MISS, replay
+from cudnn_py.calls.prepared import CACHE, MISS, replay as prepared_replay
 from cudnn_py.core.workspace import Workspace
 
-__all__ = ["define", "Context", "context", "cache_clear", "eager", "function", "call", "dtype_name",
+__all__ = ["define", "Context", "context", "replay", "cache_clear", "eager", "function", "call", "dtype_name",
            "empty_like_layout"]
 
 _LIB = torch.library.Library("cudnn_py", "FRAGMENT")
@@ -160,17 +160,6 @@ class Context:
             if self.workspace.captured:
                 self.workspace.end_call()
 
-    def replay(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        """:func:`~cudnn_py.calls.prepared.replay` of ``fn`` on this handle where this device is current (else
-        :data:`~cudnn_py.calls.prepared.MISS`): the last prepared call of ``fn`` if this call has its signature."""
-        if _current_device() != self.index:
-            return MISS
-        try:
-            return replay(fn, self.handle, args, kwargs)
-        finally:
-            if self.workspace.captured:
-                self.workspace.end_call()
-
 
 def context(device: int) -> Context:
     """This thread's :class:`Context` on ``device``, bound to torch's current stream of that device."""
@@ -183,6 +172,25 @@ def context(device: int) -> Context:
     elif ctx.stream != stream:
         ctx.rebind(stream)
     return ctx
+
+
+def replay(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """:func:`~cudnn_py.calls.prepared.replay` of ``fn`` on this thread's context of torch's current device (the
+    last prepared call of ``fn`` there, where this call has its signature, which holds its tensors' device), else
+    :data:`~cudnn_py.calls.prepared.MISS`: before the first call there (torch's CUDA untouched before this thread's
+    first), and for tensors of another device."""
+    cs = _local.contexts
+    ctx = cs.get(_current_device()) if cs else None
+    if ctx is None:
+        return MISS
+    stream = _raw_stream(ctx.index)
+    if ctx.stream != stream:
+        ctx.rebind(stream)
+    try:
+        return prepared_replay(fn, ctx.handle, args, kwargs)
+    finally:
+        if ctx.workspace.captured:
+            ctx.workspace.end_call()
 
 
 def cache_clear() -> None:
