@@ -1,6 +1,7 @@
 """cuDNN from torch: on torch's current stream, with memory from torch's caching allocator (docs/torch.md).
 :func:`context` is this thread's :class:`Context` on a device: a handle following ``torch.cuda.current_stream()``,
-its workspace from torch's allocator; :meth:`Context.run` calls a prepared function of the core on it. :func:`define`
+its workspace from torch's allocator; :meth:`Context.run` calls a prepared function of the core on it, :func:`replay`
+the function's last prepared call on the current device's context. :func:`define`
 registers an op; :func:`call` runs one: eagerly the implementation itself (through :func:`function` when a gradient
 is needed), traced the registered op.
 """
