@@ -199,7 +199,11 @@ def test_interrupt_stops_every_worker_and_keeps_what_was_measured(tmp_path):
     while time.monotonic() < deadline and not (db.exists() and _count(db) >= 1):
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:   # the sweep went on: stop it and show what it said
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the sweep did not stop within 60 s of the interrupt; its stderr:\n{proc.communicate()[1]}")
     assert proc.returncode == 130, err
     assert "interrupted; every operation measured before is kept in" in err and "Traceback" not in err
     assert _count(db) >= 1
@@ -227,3 +231,28 @@ def test_without_a_gpu_a_sweep_refuses_in_one_line_and_writes_nothing(tmp_path):
     assert got.returncode == 1 and got.stdout == ""
     assert got.stderr.count("\n") == 1 and got.stderr.startswith("algos --model: no GPU to measure on: ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_swallowed_on_its_way_still_stops_the_sweep():
+    """Ctrl-C whose KeyboardInterrupt is raised inside code that swallows it (here the parent's ``keep``; a C
+    extension clearing the error it finds does the same) stops the sweep on the loop's next turn: every worker
+    stopped, KeyboardInterrupt raised, Python's own handler back. Without it the sweep would go on to the hang."""
+    import multiprocessing
+    problems = PROBLEMS[:4]
+    plan = si.Plan(seconds=0.05, behaviour={p.key: "hang-time:eng0" for p in problems[1:]})
+    kept: list[str] = []
+
+    def keep(problem, rec, device):
+        kept.append(problem.key)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)   # the handler runs here
+        except KeyboardInterrupt:
+            pass
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        workers.run(problems, plan, devices=(0,), jobs=2, work=si.work, opener=si.opener, keep=keep,
+                    progress=Progress(lambda line: None, len(problems), interval=0), time_limit=60.0)
+    assert kept and time.monotonic() - start < 30
+    assert not multiprocessing.active_children()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

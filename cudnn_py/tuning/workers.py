@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -159,7 +160,6 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
     opener = opener or _open_handle
     ctx = multiprocessing.get_context("spawn")
     queue = deque(_Task(p) for p in problems)
-    slots: list[_Slot] = []
     started: list[_Slot] = []
     fatal: list[str] = []
 
@@ -237,10 +237,23 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         s.proc.join()
         s.conn.close()
 
+    # Ctrl-C raised where something swallows it (a C extension clearing the error it finds) still stops the sweep:
+    # the loop looks at what the handler noted on each turn
+    interrupts: list[int] = []
+
+    def interrupted(signum: int, frame: Any) -> None:
+        interrupts.append(signum)
+        raise KeyboardInterrupt
+    own = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with tempfile.TemporaryDirectory(prefix="cudnn_py-sweep-") as locks:
         try:
+            if own:
+                signal.signal(signal.SIGINT, interrupted)
             slots = [start(devices[i % len(devices)], locks) for i in range(min(jobs, len(queue)))]
             while slots and (queue or any(s.task for s in slots)):
+                if interrupts:
+                    raise KeyboardInterrupt
                 by_conn = {s.conn: s for s in slots}
                 for ready in wait([*by_conn, *(s.proc.sentinel for s in slots)], timeout=0.5):
                     if ready in by_conn:   # (a sentinel: the loop below sees how it ended)
@@ -276,6 +289,8 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
             for s in slots:
                 s.proc.join(timeout=10)
         finally:   # done, interrupted or failed: no worker outlives the sweep
-            for s in slots:
+            for s in started:
                 stop(s)
+            if own:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
     return [{"device": s.device, "ready_s": s.ready_s, "first_build_s": s.first_build_s} for s in started]
