@@ -666,7 +666,7 @@ def test_graph_builder_refuses_truncation_and_overflow():
     g = Graph()
     with pytest.raises(TypeError, match="shape must hold ints"):
         g.tensor((1.7, 2.2, 3.9))
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="strides must be >= 0"):
         g.tensor((2, 3), strides=(-1, 1))
     with pytest.raises(ValueError, match="does not fit uint8"):
         g.scalar(-2, dtype="uint8")

@@ -86,10 +86,8 @@ def _key_text(key: tuple) -> str:
 
 def _key_device(key: tuple) -> int | None:
     """The device ordinal a convolution module key names (its last field), else None (the current device)."""
-    if len(key) == len(CONV_KEY_FIELDS) and key[0] in DIRECTIONS and isinstance(key[-1], int) \
-            and not isinstance(key[-1], bool):
-        return key[-1]
-    return None
+    last = key[-1] if len(key) == len(CONV_KEY_FIELDS) and key[0] in DIRECTIONS else None
+    return last if isinstance(last, int) and not isinstance(last, bool) else None
 
 
 def _check_database(database: Any) -> None:

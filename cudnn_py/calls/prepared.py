@@ -382,12 +382,10 @@ def _readable_view(v: Any) -> Any:
     refuses)."""
     if _readable(v):
         return v
-    if hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__"):
-        try:
-            return memory.as_array(v)
-        except CudnnPyError:
-            return None
-    return None
+    try:
+        return memory.as_array(v) if hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__") else None
+    except CudnnPyError:
+        return None
 
 
 def _refuse_overlap(spec: _Spec, slots: list) -> None:
@@ -571,13 +569,11 @@ def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
             lines.append(f"    if type({var}) is not DeviceArray or ({var}.layout_key or layout_key({var})) is not "
                          f"gL{j}:\n{miss}\n    p{slot} = {var}.ptr")
         elif memory.is_torch_tensor(v):
-            # a contiguous tensor's strides by torch's own test (half the cost of reading them): a tensor passing it
-            # has these strides but in dims of size 1, which address no other element
-            if v.is_contiguous():
-                layout = f"not {var}.is_contiguous()"
-            else:
-                env[f"gR{j}"], layout = v.stride(), f"{var}.stride() != gR{j}"
-            env.update({f"gT{j}": t, f"gS{j}": v.shape, f"gD{j}": v.dtype, f"gG{j}": v.get_device()})
+            env.update({f"gT{j}": t, f"gS{j}": v.shape, f"gR{j}": v.stride(), f"gD{j}": v.dtype,
+                        f"gG{j}": v.get_device()})
+            # a contiguous tensor's strides by torch's own test (half the cost of reading them): they may then differ
+            # in dims of size 1, which address no other element
+            layout = f"not {var}.is_contiguous()" if v.is_contiguous() else f"{var}.stride() != gR{j}"
             lines.append(f"    if type({var}) is not gT{j} or {var}.shape != gS{j} or {layout} or "
                          f"{var}.dtype is not gD{j} or {var}.get_device() != gG{j}:\n{miss}\n"
                          f"    p{slot} = {var}.data_ptr()")

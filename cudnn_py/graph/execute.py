@@ -42,7 +42,8 @@ class Executor(functools.partial):
 
     def with_workspace(self, workspace: Any, *arrays: Any) -> None:
         """Execute with ``workspace`` (a DeviceArray of at least :attr:`workspace_size` bytes, or a pointer)."""
-        self.runner.with_workspace(workspace, *arrays)
+        r = self.runner
+        r.execute(r.checked_pack(arrays, workspace_pointer(r.plan, workspace, r.device)))
 
     def __repr__(self) -> str:
         return f"<Executor {self.plan.tag}: {', '.join(t.name for t in self.tensors)}>"

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from cudnn_py import capi
 from cudnn_py.core import conv_layout
-from cudnn_py.core.args import shape_arg
+from cudnn_py.core.args import int_tuple, shape_arg
 from cudnn_py.core.dtypes import cudnn_dtype, numpy_dtype
 from cudnn_py.core.strided import check_layout
 from cudnn_py.errors import ClosedError, InvalidStateError, InvalidTypeError, InvalidValueError
@@ -200,18 +200,9 @@ class Graph(ConvBuilders, MatmulBuilders, PointwiseBuilders, ReductionBuilders, 
         if strides is None:
             strides = packed_strides(shape, layout)
         else:
-            try:
-                strides = tuple(strides)
-            except TypeError:
-                raise InvalidTypeError(f"strides must be a sequence of ints, got {strides!r}") from None
+            strides = int_tuple(strides, "strides", minimum=0, maximum=2 ** 63 - 1)
             if len(strides) != len(shape):
                 raise InvalidValueError(f"strides {strides} do not match shape {shape} (need {len(shape)} values)")
-            for st in strides:
-                if isinstance(st, bool) or not isinstance(st, (int, np.integer)):
-                    raise InvalidTypeError(f"strides must hold ints, got {st!r} in {strides}")
-                if not 0 <= st < 2 ** 63:
-                    raise InvalidValueError(f"strides must be non-negative and below 2**63, got {strides}")
-            strides = tuple(int(st) for st in strides)
         return self._new("t", name, shape, strides, cudnn_dtype(dtype) if dtype is not None else self.io_dtype, False)
 
     def tensor_like(self, array, name: str | None = None) -> Tensor:

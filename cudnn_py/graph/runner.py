@@ -377,10 +377,6 @@ class Runner:
                 raise error(status)
         return run_ws
 
-    def with_workspace(self, workspace: Any, *arrays: Any) -> None:
-        """Execute with ``workspace`` (a DeviceArray of at least :attr:`workspace_size` bytes, or a device pointer)."""
-        self.execute(self.checked_pack(arrays, workspace_pointer(self.plan, workspace, self.device)))
-
 
 # -- what the entry points build per configuration ----------------------------------------------------------------
 def autotune_graph(g: Any, handle: Any, pack: dict) -> None:

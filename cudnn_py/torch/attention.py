@@ -170,13 +170,13 @@ def _check_qkv(q, k, v, packed: bool) -> None:
         raise InvalidValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
 
 
-def _as_they_are(q: Tensor, k: Tensor, v: Tensor, dev: int) -> bool:
-    """Whether cuDNN takes q, k, v (on device ``dev``) as they are: float16/bfloat16 of one dtype on one device,
-    4-D, the head dim packed, nothing broadcast."""
-    dt, qs, ks, vs = q.dtype, q.stride(), k.stride(), v.stride()
-    return (dt in _IO_DTYPES and k.dtype is dt and v.dtype is dt and k.get_device() == dev and v.get_device() == dev
-            and len(qs) == len(ks) == len(vs) == 4 and qs[3] == ks[3] == vs[3] == 1 and 0 not in qs and 0 not in ks
-            and 0 not in vs)
+def _as_they_are(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether cuDNN takes q, k, v as they are: float16/bfloat16 of one dtype on one CUDA device, 4-D, the head dim
+    packed, nothing broadcast."""
+    dev, dt, qs, ks, vs = q.get_device(), q.dtype, q.stride(), k.stride(), v.stride()
+    return (dev >= 0 and dt in _IO_DTYPES and k.dtype is dt and v.dtype is dt and k.get_device() == v.get_device()
+            == dev and len(qs) == len(ks) == len(vs) == 4 and qs[3] == ks[3] == vs[3] == 1 and 0 not in qs
+            and 0 not in ks and 0 not in vs)
 
 
 def _head_packed(x: Tensor) -> Tensor:
@@ -252,10 +252,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, *, scale: float | None = None, causal:
         if return_stats:
             kw["return_stats"] = True
         got = replay(core_sdpa, (q, k, v), kw)  # where this is the last call's signature, checked below then
-        if got is MISS:
-            dev = q.get_device()
-            if dev >= 0 and _as_they_are(q, k, v, dev):
-                got = context(dev).run(core_sdpa, q, k, v, **kw)
+        if got is MISS and _as_they_are(q, k, v):
+            got = context(q.get_device()).run(core_sdpa, q, k, v, **kw)
         if got is not MISS:
             return tuple(got) if return_stats else got  # (o, stats) from an SdpaOutputs
     return _checked(q, k, v, scale, causal, diagonal_alignment, left_bound, right_bound, bias, seq_len_q,

@@ -176,10 +176,8 @@ def context(device: int) -> Context:
 
 
 def replay(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """:func:`~cudnn_py.calls.prepared.replay` of ``fn`` on this thread's context of torch's current device (the
-    last prepared call of ``fn`` there, where this call has its signature, which holds its tensors' device), else
-    :data:`~cudnn_py.calls.prepared.MISS`: before the first call there (torch's CUDA untouched before this thread's
-    first), and for tensors of another device."""
+    """:func:`~cudnn_py.calls.prepared.replay` of ``fn`` on this thread's context of torch's current device, whose
+    guard holds the tensors' device; :data:`~cudnn_py.calls.prepared.MISS` before the thread's first call there."""
     cs = _local.contexts
     ctx = cs.get(_current_device()) if cs else None
     if ctx is None:

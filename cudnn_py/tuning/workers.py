@@ -237,12 +237,10 @@ def run(problems: Sequence[Problem], settings: Any, *, devices: Sequence[int], j
         s.proc.join()
         s.conn.close()
 
-    # Ctrl-C raised where something swallows it (a C extension clearing the error it finds) still stops the sweep:
-    # the loop looks at what the handler noted on each turn
-    interrupts: list[int] = []
+    interrupts = []  # Ctrl-C noted here stops the sweep where its exception is swallowed (a C extension clearing it)
 
-    def interrupted(signum: int, frame: Any) -> None:
-        interrupts.append(signum)
+    def interrupted(*_: Any) -> None:
+        interrupts.append(1)
         raise KeyboardInterrupt
     own = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGINT) is signal.default_int_handler
