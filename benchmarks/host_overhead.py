@@ -3,6 +3,7 @@ each with its outputs given (all it writes: batch norm training's saved statisti
 allocated, beside the bare C call of the route the call takes and torch's closest op.
 
     python benchmarks/host_overhead.py [--rounds 5] [--calls 2000] [--only NAME] [--json PATH]
+    python benchmarks/host_overhead.py --summary RUN.json [RUN.json ...]   # one tree's runs: medians and the bars
 
 Tiny float16 tensors (1x8x8x8 unless a row says otherwise), so every call is host-bound: the time per call of a
 Python loop (median of ``--rounds`` rounds of ``--calls`` calls, after a warm-up, the stream synchronised after each
@@ -10,16 +11,21 @@ round) is the host's. Each call is made as a caller's code makes it, its argumen
 (:func:`site`). All columns of a row are measured in the same process, interleaved round by round. "bare C"
 is the route's own work with everything prepared: the legacy C call with its descriptors and scaling factors, or
 ``cudnnBackendExecute`` with a cached variant pack, taken from the call's prepared call
-(:mod:`cudnn_py.calls.prepared`). "added" is the package's time above it: the worse of DeviceArrays and torch tensors,
-output given / allocated (the issue's bars: 3 us given, 5 us allocated). "trc floor" is the bare C call plus torch's
-own costs for the call's tensors (:func:`torch_floor`), given / allocated: what the torch columns cannot go below.
+(:mod:`cudnn_py.calls.prepared`). "dev added" is the package's time above it with DeviceArrays, output given /
+allocated (the issue's bars: 3 us given, 5 us allocated). "trc floor" is the bare C call plus torch's own costs for
+the call's tensors (:func:`torch_floor`): what the torch columns cannot go below; "trc added" is the package's time
+above that floor with torch tensors. The host's loop speed (``sum((1, 2, 3))``, ns) is printed before and after: these
+hosts drift, so compare rows within one run, and trees by runs taken in turns (``--summary`` of each tree's).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
+import sys
 import time
+import timeit
 from collections.abc import Callable
 
 import numpy as np
@@ -178,13 +184,15 @@ def bare_call(h, name: str) -> Callable[[], None] | None:
 
 def torch_floor(bare: Callable[[], None], tensors: list, outputs: list) -> Callable[[], None]:
     """The bare C call plus what torch charges any caller for these tensors: each one's signature read (its shape,
-    strides, dtype, device and address: five calls into torch) and each of ``outputs`` made by torch's caching
-    allocator (its address read) and dropped. A package adding nothing of its own for torch tensors takes this."""
+    its layout (``is_contiguous()`` where it is contiguous, else its strides), dtype, device and address: five calls
+    into torch, as the prepared call's guard reads them) and each of ``outputs`` made by torch's caching allocator
+    (its address read) and dropped. A package adding nothing of its own for torch tensors takes this."""
     makers = [(o.new_empty_strided, o.shape, o.stride()) for o in outputs]
+    layouts = [t.is_contiguous if t.is_contiguous() else t.stride for t in tensors]
 
     def floor() -> None:
-        for t in tensors:
-            t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr()
+        for t, layout in zip(tensors, layouts):
+            t.shape, layout(), t.dtype, t.get_device(), t.data_ptr()
         for make, shape, stride in makers:
             make(shape, stride).data_ptr()
         bare()
@@ -208,22 +216,100 @@ def per_call(fns: dict, calls: int, rounds: int, sync) -> dict:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def loop_ns() -> float:
+    """The host's speed: ns per ``sum((1, 2, 3))``, the best of five timings."""
+    return min(timeit.repeat("sum((1, 2, 3))", number=100_000, repeat=5)) / 100_000 * 1e9
+
+
+HEADER = (f"{'operation':28s} {'route':6s} {'bare C':>7s} {'dev giv':>8s} {'dev new':>8s} {'trc giv':>8s} "
+          f"{'trc new':>8s} {'torch':>7s} {'dev added':>11s} {'trc floor':>11s} {'trc added':>11s}")
+
+
+def added(us: dict, kind: str, base: str) -> tuple[float | None, float | None]:
+    """``kind``'s time above ``base`` ("bare", or "floor" for torch's floor), output given and new (None: no such
+    column)."""
+    def one(end: str) -> float | None:
+        col, ref = us.get(f"{kind} {end}"), us.get(base) if base == "bare" else us.get(f"{base} {end}")
+        return None if col is None or ref is None else col - ref
+    return one("given"), one("new")
+
+
+def line(name: str, route: str, us: dict) -> str:
+    """A row of the table: each column's us per call, then the added time pairs (given / new)."""
+    def cell(k: str, width: int = 8) -> str:
+        return f"{us[k]:{width}.1f}" if k in us else f"{'-':>{width}s}"
+
+    def pair(p: tuple[float | None, float | None]) -> str:
+        return "-" if p[0] is None else f"{p[0]:4.1f}/" + ("-" if p[1] is None else f"{p[1]:.1f}")
+    floor = "-" if "floor given" not in us else f"{us['floor given']:4.1f}/" + (
+        f"{us['floor new']:.1f}" if "floor new" in us else "-")
+    return (f"{name:28s} {route:6s} {cell('bare', 7)} {cell('dev given')} {cell('dev new')} {cell('torch given')} "
+            f"{cell('torch new')} {cell('torch op', 7)} {pair(added(us, 'dev', 'bare')):>11s} {floor:>11s} "
+            f"{pair(added(us, 'torch', 'floor')):>11s}")
+
+
+def summary(paths: list[str]) -> str:
+    """One tree's ``--json`` runs as one table (each cell the median over the runs) and the issue's bars counted:
+    DeviceArrays within 3 us above the bare C call given and 5 us new; torch tensors within 1.1x of DeviceArrays, and
+    beside it how often torch's own floor already is not; the package's time above that floor with torch tensors
+    against its time above the bare C call with DeviceArrays."""
+    runs = []
+    for path in paths:
+        with open(path) as fh:
+            runs.append(json.load(fh))
+    rows: dict[str, list[dict]] = {}
+    for run in runs:
+        for r in run["rows"]:
+            rows.setdefault(r["op"], []).append(r)
+    table, tally = [HEADER], collections.Counter()
+    for name, rs in rows.items():
+        us = {k: statistics.median(r[k] for r in rs if k in r) for k in {k for r in rs for k in r} - {"op", "route"}}
+        table.append(line(name, rs[0]["route"], us))
+        for i, end in enumerate(("given", "new")):
+            dev, trc = added(us, "dev", "bare")[i], added(us, "torch", "floor")[i]
+            if dev is not None:
+                tally[f"dev {end}"] += 1
+                tally[f"dev {end} within"] += dev <= (3.0 if end == "given" else 5.0)
+            if dev is not None and trc is not None:
+                tally[f"trc {end}"] += 1
+                tally[f"trc {end} at most dev"] += trc <= dev
+                tally[f"ratio {end} within"] += us[f"torch {end}"] <= 1.1 * us[f"dev {end}"]
+                tally[f"floor {end} over"] += us[f"floor {end}"] > 1.1 * us[f"dev {end}"]
+    speeds = " ".join("/".join(f"{v:.1f}" for v in run.get("loop_ns", [])) or "-" for run in runs)
+    table += [f"{len(runs)} run(s), loop speed before/after (ns): {speeds}"]
+    for end, bar in (("given", 3), ("new", 5)):
+        table.append(f"{end}: DeviceArrays within {bar} us of the bare C call in {tally[f'dev {end} within']} of "
+                     f"{tally[f'dev {end}']} rows; torch tensors within 1.1x of DeviceArrays in "
+                     f"{tally[f'ratio {end} within']} of {tally[f'trc {end}']}, torch's floor over 1.1x in "
+                     f"{tally[f'floor {end} over']}; torch tensors add above their floor at most what DeviceArrays "
+                     f"add above the bare C call in {tally[f'trc {end} at most dev']} of {tally[f'trc {end}']}")
+    return "\n".join(table)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--only", default=None, help="rows whose name contains this")
     parser.add_argument("--json", default=None)
-    args = script_args(parser, argv)
+    parser.add_argument("--summary", nargs="+", metavar="JSON", help="one tree's --json runs: print their medians "
+                        "and the bars counted, then exit (no GPU needed)")
+    argv = sys.argv[1:] if argv is None else argv
+    args = script_args(parser, argv, gpu="--summary" not in argv)
+    if args.summary:
+        try:
+            print(summary(args.summary))
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"host_overhead.py: --summary: {e}") from None
+        return
     h = cudnn.Handle()
     rng = np.random.default_rng(0)
     kinds = {"dev": Arrays("device", rng)}
     if torch is not None:
         kinds["torch"] = Arrays("torch", rng)
     sync = torch.cuda.synchronize if torch is not None else h.synchronize
-    out = []
-    print(f"{'operation':28s} {'route':6s} {'bare C':>7s} {'dev giv':>8s} {'dev new':>8s} {'trc giv':>8s} "
-          f"{'trc new':>8s} {'torch':>7s} {'added':>11s} {'trc floor':>11s}")
+    out, speeds = [], [loop_ns()]
+    print(f"loop speed {speeds[0]:.1f} ns\n{HEADER}")
     for name, (call, given, torch_op) in _rows(h).items():
         if args.only and args.only not in name:
             continue
@@ -254,23 +340,16 @@ def main(argv=None) -> None:
             fns["torch op"] = lambda torch_op=torch_op, t=kinds["torch"]: torch_op(t)
         us = per_call(fns, args.calls, args.rounds, sync)
         steps = [p for p in h.cache.get(prep.CACHE, {}).values() if p.name == name.split()[0]]
-        route = ("own" if not hasattr(getattr(cudnn, name.split()[0]), "__prepared__") else "-") if not steps else ("graph" if any(hasattr(getattr(s[0], "__self__", None), "plan_ptr")
-                                                     for s in steps[-1].steps) else "legacy")
-        b = us.get("bare")
-        giv = max((v for k, v in us.items() if k.endswith("given")), default=None)
-        new = max((v for k, v in us.items() if k.endswith("new")), default=None)
-        floor = "-" if "floor given" not in us else \
-            f"{us['floor given']:4.1f}/{us['floor new']:.1f}" if "floor new" in us else f"{us['floor given']:4.1f}/-"
-        added = "-" if b is None else f"{giv - b:4.1f}/{'-' if new is None else f'{new - b:.1f}'}"
-
-        def cell(k):
-            return f"{us[k]:8.1f}" if k in us else f"{'-':>8s}"
-        print(f"{name:28s} {route:6s} {cell('bare')[1:]} {cell('dev given')} {cell('dev new')} {cell('torch given')} "
-              f"{cell('torch new')} {cell('torch op')[1:]} {added:>11s} {floor:>11s}", flush=True)
+        route = ("own" if not hasattr(getattr(cudnn, name.split()[0]), "__prepared__") else "-") if not steps else \
+            ("graph" if any(hasattr(getattr(s[0], "__self__", None), "plan_ptr") for s in steps[-1].steps) else "legacy")
+        print(line(name, route, us), flush=True)
         out.append({"op": name, "route": route, **{k: round(v, 2) for k, v in us.items()}})
+    speeds.append(loop_ns())
+    print(f"loop speed {speeds[1]:.1f} ns")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"shape": SHAPE, "dtype": "float16", "rows": out}, f, indent=1)
+            json.dump({"shape": SHAPE, "dtype": "float16", "loop_ns": [round(v, 1) for v in speeds], "rows": out}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

@@ -230,7 +230,8 @@ def smoke() -> None:
 
 def floors(h, kinds: dict[str, Arrays], calls: int, rounds: int, sync) -> str:
     """Per array, what any prepared call pays: reading its key parts (the wrapper's reads, as
-    :mod:`cudnn_py.calls.prepared` makes them) and making one new (1, 8, 8, 8) float16 output and dropping it."""
+    :mod:`cudnn_py.calls.prepared` makes them), for a torch tensor also what the guard reads of a contiguous one
+    (``is_contiguous()`` for its strides), and making one new (1, 8, 8, 8) float16 output and dropping it."""
     fns: dict[str, Callable[[], object]] = {}
     x = kinds["dev"]["x"]
     fns["DeviceArray key"] = lambda: (x.layout_key or memory.layout_key(x), x.ptr & 15)
@@ -240,6 +241,7 @@ def floors(h, kinds: dict[str, Arrays], calls: int, rounds: int, sync) -> str:
         from cudnn_py import torch_outputs
         t = kinds["torch"]["x"]
         fns["torch key"] = lambda: (type(t), t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
+        fns["torch guard"] = lambda: (type(t), t.shape, t.is_contiguous(), t.dtype, t.get_device(), t.data_ptr())
         new = torch_outputs.allocator(X, memory.c_strides(X), np.dtype(np.float16), 0)
         fns["torch new"] = lambda: new(h)
     us = host_overhead.per_call(fns, calls, rounds, sync)
