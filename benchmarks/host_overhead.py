@@ -225,34 +225,43 @@ HEADER = (f"{'operation':28s} {'route':6s} {'bare C':>7s} {'dev giv':>8s} {'dev 
           f"{'trc new':>8s} {'torch':>7s} {'dev added':>11s} {'trc floor':>11s} {'trc added':>11s}")
 
 
-def added(us: dict, kind: str, base: str) -> tuple[float | None, float | None]:
-    """``kind``'s time above ``base`` ("bare", or "floor" for torch's floor), output given and new (None: no such
-    column)."""
-    def one(end: str) -> float | None:
-        col, ref = us.get(f"{kind} {end}"), us.get(base) if base == "bare" else us.get(f"{base} {end}")
-        return None if col is None or ref is None else col - ref
-    return one("given"), one("new")
+def derived(us: dict) -> dict[str, float]:
+    """One run's row measured against itself, where its columns exist: DeviceArrays above the bare C call ("+dev
+    given", "+dev new"), torch tensors above torch's floor ("+torch ..."), torch tensors and torch's floor over
+    DeviceArrays ("torch/dev ...", "floor/dev ...")."""
+    d = {}
+    for end in ("given", "new"):
+        dev, trc, floor = us.get(f"dev {end}"), us.get(f"torch {end}"), us.get(f"floor {end}")
+        if dev is not None and "bare" in us:
+            d[f"+dev {end}"] = dev - us["bare"]
+        if trc is not None and floor is not None:
+            d[f"+torch {end}"] = trc - floor
+        if dev and trc is not None:
+            d[f"torch/dev {end}"] = trc / dev
+        if dev and floor is not None:
+            d[f"floor/dev {end}"] = floor / dev
+    return d
 
 
-def line(name: str, route: str, us: dict) -> str:
-    """A row of the table: each column's us per call, then the added time pairs (given / new)."""
+def line(name: str, route: str, us: dict, d: dict) -> str:
+    """A row of the table: each column's us per call, then ``d``'s (:func:`derived`) added time pairs (given / new)."""
     def cell(k: str, width: int = 8) -> str:
         return f"{us[k]:{width}.1f}" if k in us else f"{'-':>{width}s}"
 
-    def pair(p: tuple[float | None, float | None]) -> str:
-        return "-" if p[0] is None else f"{p[0]:4.1f}/" + ("-" if p[1] is None else f"{p[1]:.1f}")
-    floor = "-" if "floor given" not in us else f"{us['floor given']:4.1f}/" + (
-        f"{us['floor new']:.1f}" if "floor new" in us else "-")
+    def pair(a: float | None, b: float | None) -> str:
+        return "-" if a is None else f"{a:4.1f}/" + ("-" if b is None else f"{b:.1f}")
     return (f"{name:28s} {route:6s} {cell('bare', 7)} {cell('dev given')} {cell('dev new')} {cell('torch given')} "
-            f"{cell('torch new')} {cell('torch op', 7)} {pair(added(us, 'dev', 'bare')):>11s} {floor:>11s} "
-            f"{pair(added(us, 'torch', 'floor')):>11s}")
+            f"{cell('torch new')} {cell('torch op', 7)} {pair(d.get('+dev given'), d.get('+dev new')):>11s} "
+            f"{pair(us.get('floor given'), us.get('floor new')):>11s} "
+            f"{pair(d.get('+torch given'), d.get('+torch new')):>11s}")
 
 
 def summary(paths: list[str]) -> str:
-    """One tree's ``--json`` runs as one table (each cell the median over the runs) and the issue's bars counted:
+    """One tree's ``--json`` runs as one table and the issue's bars counted. Each column is its median over the runs;
+    each added time and ratio is the median of each run's own (a run's columns are interleaved, its host one speed):
     DeviceArrays within 3 us above the bare C call given and 5 us new; torch tensors within 1.1x of DeviceArrays, and
-    beside it how often torch's own floor already is not; the package's time above that floor with torch tensors
-    against its time above the bare C call with DeviceArrays."""
+    how often torch's own floor already is not; the package's time above that floor with torch tensors against its
+    time above the bare C call with DeviceArrays."""
     runs = []
     for path in paths:
         with open(path) as fh:
@@ -264,17 +273,18 @@ def summary(paths: list[str]) -> str:
     table, tally = [HEADER], collections.Counter()
     for name, rs in rows.items():
         us = {k: statistics.median(r[k] for r in rs if k in r) for k in {k for r in rs for k in r} - {"op", "route"}}
-        table.append(line(name, rs[0]["route"], us))
-        for i, end in enumerate(("given", "new")):
-            dev, trc = added(us, "dev", "bare")[i], added(us, "torch", "floor")[i]
-            if dev is not None:
+        each = [derived(r) for r in rs]
+        d = {k: statistics.median(e[k] for e in each if k in e) for k in {k for e in each for k in e}}
+        table.append(line(name, rs[0]["route"], us, d))
+        for end, bar in (("given", 3.0), ("new", 5.0)):
+            if f"+dev {end}" in d:
                 tally[f"dev {end}"] += 1
-                tally[f"dev {end} within"] += dev <= (3.0 if end == "given" else 5.0)
-            if dev is not None and trc is not None:
+                tally[f"dev {end} within"] += d[f"+dev {end}"] <= bar
+            if f"+dev {end}" in d and f"+torch {end}" in d:
                 tally[f"trc {end}"] += 1
-                tally[f"trc {end} at most dev"] += trc <= dev
-                tally[f"ratio {end} within"] += us[f"torch {end}"] <= 1.1 * us[f"dev {end}"]
-                tally[f"floor {end} over"] += us[f"floor {end}"] > 1.1 * us[f"dev {end}"]
+                tally[f"trc {end} at most dev"] += d[f"+torch {end}"] <= d[f"+dev {end}"]
+                tally[f"ratio {end} within"] += d[f"torch/dev {end}"] <= 1.1
+                tally[f"floor {end} over"] += d[f"floor/dev {end}"] > 1.1
     speeds = " ".join("/".join(f"{v:.1f}" for v in run.get("loop_ns", [])) or "-" for run in runs)
     table += [f"{len(runs)} run(s), loop speed before/after (ns): {speeds}"]
     for end, bar in (("given", 3), ("new", 5)):
@@ -342,7 +352,7 @@ def main(argv=None) -> None:
         steps = [p for p in h.cache.get(prep.CACHE, {}).values() if p.name == name.split()[0]]
         route = ("own" if not hasattr(getattr(cudnn, name.split()[0]), "__prepared__") else "-") if not steps else \
             ("graph" if any(hasattr(getattr(s[0], "__self__", None), "plan_ptr") for s in steps[-1].steps) else "legacy")
-        print(line(name, route, us), flush=True)
+        print(line(name, route, us, derived(us)), flush=True)
         out.append({"op": name, "route": route, **{k: round(v, 2) for k, v in us.items()}})
     speeds.append(loop_ns())
     print(f"loop speed {speeds[1]:.1f} ns")

@@ -20,22 +20,25 @@ def ho():
     return mod
 
 
-def _run(tmp_path, name, relu_dev, relu_torch, speeds=(50.0, 51.0)):
+def _run(tmp_path, name, relu_dev, relu_torch, scale, speeds=(50.0, 51.0)):
     """A run's JSON: relu with every column (DeviceArrays given / new at ``relu_dev``, torch tensors at
-    ``relu_torch``), set_tensor given only and without torch."""
+    ``relu_torch``); set_tensor and scale_tensor (bare C, DeviceArrays at ``scale``) given only and without torch."""
     (dg, dn), (tg, tn) = relu_dev, relu_torch
     rows = [{"op": "activation_forward relu", "route": "legacy", "bare": 5.0, "dev given": dg, "dev new": dn,
              "torch given": tg, "torch new": tn, "floor given": 6.0, "floor new": 9.0, "torch op": 7.0},
-            {"op": "set_tensor", "route": "legacy", "bare": 4.0, "dev given": 7.5}]
+            {"op": "set_tensor", "route": "legacy", "bare": 4.0, "dev given": 7.5},
+            {"op": "scale_tensor", "route": "legacy", "bare": scale[0], "dev given": scale[1]}]
     path = tmp_path / name
     path.write_text(json.dumps({"shape": [1, 8, 8, 8], "loop_ns": list(speeds), "rows": rows}))
     return str(path)
 
 
-def test_summary_takes_each_cells_median_and_counts_the_bars(ho, tmp_path, capsys):
-    runs = [_run(tmp_path, "a.json", (6.0, 7.0), (6.8, 9.6)),
-            _run(tmp_path, "b.json", (6.2, 7.4), (7.0, 10.0), speeds=(60.0, 55.0)),
-            _run(tmp_path, "c.json", (30.0, 30.0), (40.0, 40.0))]  # a stalled run: the medians leave it out
+def test_summary_takes_each_cells_median_and_each_runs_own_differences(ho, tmp_path, capsys):
+    """Each column is its median over the runs; each added time and ratio the median of each run's own: scale_tensor
+    adds 2.5, 2.5 and 3.6 us in its runs (2.5: within the bar), though its columns' medians are 3.6 apart."""
+    runs = [_run(tmp_path, "a.json", (6.0, 7.0), (6.8, 9.6), (4.0, 6.5)),
+            _run(tmp_path, "b.json", (6.2, 7.4), (7.0, 10.0), (8.0, 10.5), speeds=(60.0, 55.0)),
+            _run(tmp_path, "c.json", (30.0, 30.0), (40.0, 40.0), (6.0, 9.6))]  # relu stalled: the medians leave it out
     ho.main(["--summary", *runs])
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ho.HEADER
@@ -43,16 +46,18 @@ def test_summary_takes_each_cells_median_and_counts_the_bars(ho, tmp_path, capsy
     assert out[1].split() == ["activation_forward", "relu", "legacy", "5.0", "6.2", "7.4", "7.0", "10.0", "7.0",
                               "1.2/2.4", "6.0/9.0", "1.0/1.0"]
     assert out[2].split() == ["set_tensor", "legacy", "4.0", "7.5", "-", "-", "-", "-", "3.5/-", "-", "-"]
-    assert out[3] == "3 run(s), loop speed before/after (ns): 50.0/51.0 60.0/55.0 50.0/51.0"
-    # given: relu within 3 us, set_tensor 3.5 over it; torch 7.0 over 1.1 * 6.2 = 6.82, its floor 6.0 under it
-    assert out[4] == ("given: DeviceArrays within 3 us of the bare C call in 1 of 2 rows; torch tensors within 1.1x of "
+    assert out[3].split() == ["scale_tensor", "legacy", "6.0", "9.6", "-", "-", "-", "-", "2.5/-", "-", "-"]
+    assert out[4] == "3 run(s), loop speed before/after (ns): 50.0/51.0 60.0/55.0 50.0/51.0"
+    # given: relu and scale_tensor within 3 us, set_tensor 3.5 over it; torch over DeviceArrays by 1.133x, 1.129x and
+    # 1.333x in the runs (median 1.133), its floor 1.0x, 0.968x and 0.2x (0.968)
+    assert out[5] == ("given: DeviceArrays within 3 us of the bare C call in 2 of 3 rows; torch tensors within 1.1x of "
                       "DeviceArrays in 0 of 1, torch's floor over 1.1x in 0; torch tensors add above their floor at "
                       "most what DeviceArrays add above the bare C call in 1 of 1")
-    # new: 2.4 within 5 us; torch 10.0 over 8.14, the floor 9.0 over it too
-    assert out[5] == ("new: DeviceArrays within 5 us of the bare C call in 1 of 1 rows; torch tensors within 1.1x of "
+    # new: 2.4 within 5 us; torch 1.371x, 1.351x, 1.333x (1.351), the floor 1.286x, 1.216x, 0.3x (1.216): over too
+    assert out[6] == ("new: DeviceArrays within 5 us of the bare C call in 1 of 1 rows; torch tensors within 1.1x of "
                       "DeviceArrays in 0 of 1, torch's floor over 1.1x in 1; torch tensors add above their floor at "
                       "most what DeviceArrays add above the bare C call in 1 of 1")
-    assert len(out) == 6
+    assert len(out) == 7
 
 
 def test_summary_needs_no_gpu_and_refuses_a_missing_file(tmp_path):
