@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import types
 from collections.abc import Callable
 
 import numpy as np
@@ -80,7 +81,7 @@ def catch(h, call: Callable[[], object]) -> tuple:
 
 def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None]:
     """``p``'s steps alone at the call's addresses (new outputs made once, kept in ``keep``)."""
-    addrs, bases = list(ptrs), [b(h)[0] for b in getattr(p, "bases", ())]  # new outputs viewing one allocation
+    addrs, bases = list(ptrs), [b(h)[0] for b in p.bases]  # the memory of new outputs viewing one allocation
     keep += bases
     for new in p.news:
         a, ptr = new[1](bases[new[0]], h) if type(new) is tuple else new(h)
@@ -95,7 +96,7 @@ def profile(h, call: Callable[[], object], calls: int, rounds: int, sync) -> dic
     call()
     key, p, (hh, args, kwargs, ptrs) = catch(h, call)
     keep: list = []
-    made = [*getattr(p, "bases", ()), *(new for new in p.news if type(new) is not tuple)]  # the allocations
+    made = [*p.bases, *(new for new in p.news if type(new) is not tuple)]  # the allocations
     allocs = {f"alloc{i}": (lambda new=new: new(hh)) for i, new in enumerate(made)}
     us = host_overhead.per_call({"package": call, "fast": lambda: p.fast(hh, args, kwargs),
                                  "replay": lambda: p.run(hh, args, kwargs, ptrs), "key": keyed(h, key, call),
@@ -180,21 +181,26 @@ class _CFunction:
         return 0
 
 
+class _Buffer:
+    """A cuda.core buffer stand-in at a made-up address (64-byte aligned)."""
+    made = 1 << 40
+
+    def __init__(self, size: int):
+        _Buffer.made += 1 << 20
+        self.handle = _Buffer.made
+
+    def close(self) -> None:
+        pass
+
+
 @contextlib.contextmanager
 def _stand_ins():
-    """A Handle never created in cuDNN, the legacy C calls of relu and batch norm stubbed, new arrays at made-up
-    addresses (a 64-byte aligned counter)."""
+    """A Handle never created in cuDNN, the legacy C calls of relu and batch norm stubbed, the only device and its
+    default stream stand-ins (so that new arrays take the real allocator's kept blocks of made-up buffers)."""
+    from cudnn_py.core import contexts
     from cudnn_py.core.handle import Handle
-    addresses = iter(range(1 << 40, 1 << 41, 1 << 20))
-
-    def allocator(shape, dtype, stream=None, *, device=None):
-        dt = np.dtype(dtype)
-        return lambda: memory.DeviceArray.from_parts(next(addresses), tuple(shape), dt, memory.c_strides(shape), 0,
-                                                     None, None)
-
-    def device_allocator(a):
-        new = allocator(a.shape, a.dtype)
-        return lambda handle: (lambda x: (x, x.ptr))(new())
+    dev = types.SimpleNamespace(device_id=0, allocate=lambda size, stream=None: _Buffer(size))
+    stream = types.SimpleNamespace(handle=0)  # the legacy default stream's
 
     class Workspace:
         def get(self, nbytes, stream=None):
@@ -202,25 +208,25 @@ def _stand_ins():
 
     names = ("cudnnActivationForward", "cudnnBatchNormalizationForwardTraining")
     saved = {n: getattr(capi, n) for n in names}
-    saved_alloc = memory.allocator, prep._device_allocator
+    saved_device = memory.get_device, memory.as_stream, contexts._DEVICE_COUNT[:]
     h = Handle.__new__(Handle)
-    h._ptr, h.cache, h.workspace, h._stream, h._stream_ptr, h.device = capi.cudnnHandle_t(1), {}, Workspace(), None, 0, 0
+    h._ptr, h.cache, h.workspace, h._stream, h._stream_ptr, h.device = capi.cudnnHandle_t(1), {}, Workspace(), stream, 0, 0
     try:
         for n in names:
             setattr(capi, n, _CFunction(saved[n]))
-        memory.allocator, prep._device_allocator = allocator, device_allocator
+        memory.get_device, memory.as_stream = (lambda device=None: dev), (lambda s=None, device=None: stream)
+        contexts._DEVICE_COUNT[:] = [1]
         yield h
     finally:
         for n in names:
             setattr(capi, n, saved[n])
-        memory.allocator, prep._device_allocator = saved_alloc
+        memory.get_device, memory.as_stream, contexts._DEVICE_COUNT[:] = saved_device
 
 
 def smoke() -> None:
     """The breakdown of relu and batch-norm training on DeviceArrays with stand-ins, checked, not printed."""
     with _stand_ins() as h:
-        new = memory.allocator  # the stand-in: made-up addresses
-        host = Arrays("dev", lambda a: new(a.shape, a.dtype)(), lambda a: new(a.shape, a.dtype)())
+        host = Arrays("dev", lambda a: memory.empty(a.shape, a.dtype), lambda a: memory.empty(a.shape, a.dtype))
         names = {k: v for k, v in rows(h, engine="legacy").items() if k.startswith(("relu", "batchnorm"))}
         got = table(h, {"dev": host}, names, 20, 1, lambda: None)
         floor = floors(h, {"dev": host}, 20, 1, lambda: None)

@@ -9,7 +9,7 @@ import types
 
 import numpy as np
 
-from cudnn_py.core import foreign, memory
+from cudnn_py.core import blocks, foreign, memory
 from cudnn_py.clib import recording
 from cudnn_py.core.memory import DeviceArray
 
@@ -241,11 +241,25 @@ def fake_cudnn_handle():
     return h
 
 
+def fake_takers(monkeypatch) -> types.SimpleNamespace:
+    """``memory.Output``'s device, stream and blocks as stand-ins: ``binds``, each bind as (bytes, stream as given,
+    device); ``blocks``, each block taken (16 MiB apart at made-up addresses, its size as its buffer)."""
+    made, addresses = types.SimpleNamespace(binds=[], blocks=[]), iter(range(1 << 32, 1 << 46, 1 << 24))
+
+    def taker(dev, stream, nbytes):
+        made.binds.append((nbytes, stream, dev.device_id))
+        return lambda: made.blocks.append(blocks.Block(nbytes, next(addresses), [])) or made.blocks[-1]
+    monkeypatch.setattr(memory, "get_device", lambda d=None: types.SimpleNamespace(device_id=d or 0))
+    monkeypatch.setattr(memory, "as_stream", lambda s, d=None: f"as {s}")
+    monkeypatch.setattr(memory, "taker", taker)
+    return made
+
+
 def fake_prepared_outputs(monkeypatch) -> None:
     """New outputs of prepared calls as :func:`fake_array` s at made-up addresses (no device memory)."""
     from cudnn_py.calls import prepared
 
-    def alloc(a):
+    def alloc(a, viewed=False):
         def new(handle):
             x = fake_array(a.shape, a.dtype, a.strides)
             return x, x.ptr

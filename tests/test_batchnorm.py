@@ -453,13 +453,10 @@ def test_new_saved_statistics_and_parameter_gradients_share_one_allocation(monke
     """Saved mean / inverse variance (training) and dscale / dbias (backward) not given: one allocation holds both,
     each 256-byte aligned (two allocations a call cost the DeviceArray path about 5 us more on the GPU); a given one
     is used as it is and the other allocated alone."""
-    from cudnn_py.core import memory
     from cudnn_py.calls import prepared
-    from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_prepared_outputs
+    from helpers import FakeCFunction, fake_array, fake_cudnn_handle, fake_prepared_outputs, fake_takers
     fake_prepared_outputs(monkeypatch)
-    made: list = []
-    monkeypatch.setattr(memory, "allocator", lambda shape, dtype, stream=None, *, device=None: lambda: (
-        made.append(fake_array(shape, dtype)) or made[-1]))
+    made = fake_takers(monkeypatch).blocks  # the validated path's allocations
     for name in ("cudnnBatchNormalizationForwardTraining", "cudnnBatchNormalizationBackward"):
         monkeypatch.setattr(capi, name, FakeCFunction())
     h, shape, p = fake_cudnn_handle(), (2, channels, 3, 3), (1, channels, 1, 1)
@@ -471,7 +468,7 @@ def test_new_saved_statistics_and_parameter_gradients_share_one_allocation(monke
     step = -(-channels * 4 // 256) * 256
     for (a, b), base in zip(((r.saved_mean, r.saved_inv_var), (g.dscale, g.dbias)), made):
         assert (a.shape, b.shape, a.dtype, b.dtype) == (p, p, np.float32, np.float32) and a.is_contiguous
-        assert (a.ptr, b.ptr) == (base.ptr, base.ptr + step) and base.nbytes == 2 * step
+        assert (a.ptr, b.ptr) == (base.ptr, base.ptr + step) and base.buffer == 2 * step
     given = fake_array(p)
     r2 = batchnorm_forward_training(h, x, scale, bias, y=fake_array(shape), saved_mean=given, engine="legacy")
     assert r2.saved_mean is given and len(made) == 3 and r2.saved_inv_var.ptr == made[-1].ptr

@@ -39,14 +39,17 @@ LEGACY, OTHER = types.SimpleNamespace(handle=1), types.SimpleNamespace(handle=0x
 
 @pytest.fixture
 def dev(monkeypatch, kept_blocks):
-    """A stand-in device of 1 TiB, the only one; no blocks kept before the test."""
+    """A stand-in device of 1 TiB, the only one (the one ``memory.Output`` binds to); no blocks kept before the
+    test."""
     monkeypatch.setattr(contexts, "_DEVICE_COUNT", [1])
-    return Device()
+    d = Device()
+    monkeypatch.setattr(M, "get_device", lambda device=None: d)
+    monkeypatch.setattr(M, "as_stream", lambda stream, device=None: stream)
+    return d
 
 
 def new(dev, nbytes, stream=LEGACY):
-    shape, dt = (nbytes // 4,), np.dtype(np.float32)
-    return M._maker(dev, stream, shape, dt, (1,), nbytes, M._key_of(shape, (1,), dt, 0))()
+    return M.Output((nbytes // 4,), np.float32).on(stream, dev)
 
 
 def test_a_collected_arrays_block_is_taken_by_the_next_of_its_size_on_the_default_stream(dev):

@@ -11,7 +11,7 @@ from cudnn_py.core import blocks, contexts, dlpack, foreign, memory as M, stream
 from cudnn_py.core.memory import DeviceArray, as_array, output_array
 
 from conftest import gpu_missing_reason
-from helpers import fake_torch
+from helpers import fake_takers, fake_torch
 
 FAKE = 0x7F0000000000  # a plausible device address; nothing here reads or writes it
 
@@ -517,52 +517,42 @@ def test_allocator_checks_once_then_allocates_per_call(monkeypatch, kept_blocks,
         M.allocator((2 ** 62, 4), np.float32)
 
 
-def test_output_makes_one_allocator_per_stream_and_lays_out_strided_outputs(monkeypatch):
-    """``memory.Output``: an allocator per handle stream (made again when the handle's stream changes); packed
-    strides allocate the shape, other strides the elements they span, viewed with those strides on the buffer's
-    stream."""
-    made = []
-
-    def allocator(shape, dtype, stream, device=None):
-        made.append((shape, stream, device))
-        return lambda: M.DeviceArray.from_parts(4096 * len(made), shape, dtype, M.c_strides(shape), 0, None, stream)
-
-    monkeypatch.setattr(M, "allocator", allocator)
-    h = types.SimpleNamespace(stream="s1", device=0)
+def test_output_binds_once_per_stream_and_lays_out_strided_outputs(monkeypatch):
+    """``memory.Output``: the device, stream and blocks worked out once per stream (again when the stream changes;
+    None is a stream too, the default); packed strides allocate the shape, other strides the elements they span, the
+    array owning its block directly, on the block's stream."""
+    made = fake_takers(monkeypatch).binds
     packed = M.Output((2, 3, 4), np.dtype(np.float32), (12, 4, 1))
-    assert packed.strides is None and packed(h).strides == (12, 4, 1) and packed(h).shape == (2, 3, 4)
-    assert made == [((2, 3, 4), "s1", 0)]
-    h.stream = "s2"
-    packed(h)
-    assert made[-1] == ((2, 3, 4), "s2", 0) and len(made) == 2
+    x, y = packed.on("s1", 0), packed.on("s1", 0)
+    assert packed.strides is None and (x.shape, x.strides, x.is_contiguous) == ((2, 3, 4), (12, 4, 1), True)
+    assert made == [(96, "as s1", 0)] and isinstance(x.owner, blocks.Block) and x.owner is not y.owner
+    assert x.ptr == x.owner.ptr != y.ptr
+    packed.on("s2", 0)
+    assert made[-1] == (96, "as s2", 0) and len(made) == 2
     bshd = M.Output((2, 3, 4, 5), np.dtype(np.float16), (60, 5, 15, 1))  # (B, H, S, D) over a (B, S, H, D) buffer
-    y = bshd(h)
-    assert made[-1] == ((120,), "s2", 0) and bshd.n == 120
-    assert (y.shape, y.strides, y.dtype, y.ptr) == ((2, 3, 4, 5), (60, 5, 15, 1), np.dtype(np.float16), 4096 * 3)
-    assert y.stream == "s2"  # ordered on the stream it was allocated on, as its buffer is (to_numpy waits there)
+    y = bshd.on("s2", 0)
+    assert made[-1] == (240, "as s2", 0) and bshd.n == 120 and isinstance(y.owner, blocks.Block)
+    assert (y.shape, y.strides, y.dtype, y.ptr, y.is_contiguous) == \
+        ((2, 3, 4, 5), (60, 5, 15, 1), np.dtype(np.float16), y.owner.ptr, False)
+    assert y.stream == "as s2"  # ordered on the stream it was allocated on, as its block is (to_numpy waits there)
     assert M.Output((0, 4), np.dtype(np.float32), (1, 0)).n == 0
+    assert M.Output((1, 4), np.dtype(np.float32), (1, 0)).on(None, 3).stream == "as None" and made[-1][2] == 3
 
 
 def test_calls_allocate_their_outputs_through_one_output_per_layout(monkeypatch):
     """``graph.runner.new_output`` (what the calls' new outputs come from): one ``memory.Output`` per layout in the
-    handle's cache, so a repeat call's output costs one allocator call; ``output(like=)`` keeps the input's memory
-    order (NHWC in, NHWC out; a gapped view's too, packed) and packs a broadcast input in C order."""
+    handle's cache, so a repeat call's output costs no binding; ``output(like=)`` keeps the input's memory order
+    (NHWC in, NHWC out; a gapped view's too, packed) and packs a broadcast input in C order."""
     from cudnn_py.graph import runner as R
     from cudnn_py.ops import _common as C
-    made = []
-
-    def allocator(shape, dtype, stream, device=None):
-        made.append((shape, stream))
-        return lambda: M.DeviceArray.from_parts(4096 * len(made), shape, dtype, M.c_strides(shape), 0, None, stream)
-
-    monkeypatch.setattr(M, "allocator", allocator)
+    made = fake_takers(monkeypatch).binds
     h = types.SimpleNamespace(stream="s1", device=0, cache={})
     f32 = np.dtype(np.float32)
     a, b = R.new_output(h, (2, 3), f32), R.new_output(h, (2, 3), f32)
-    assert made == [((2, 3), "s1")] and a.shape == b.shape == (2, 3) and a.strides == (3, 1)
+    assert made == [(24, "as s1", 0)] and a.shape == b.shape == (2, 3) and a.strides == (3, 1)
     nhwc = DeviceArray(1 << 20, (2, 3, 4, 5), f32, (60, 1, 15, 3))
     y = C.output(None, "y", h, nhwc.shape, f32, like=nhwc)
-    assert (y.shape, y.strides, y.stream) == ((2, 3, 4, 5), (60, 1, 15, 3), "s1") and made[-1] == ((120,), "s1")
+    assert (y.shape, y.strides, y.stream) == ((2, 3, 4, 5), (60, 1, 15, 3), "as s1") and made[-1] == (480, "as s1", 0)
     gapped = DeviceArray(1 << 20, (2, 3), f32, (8, 2))
     assert C.output(None, "y", h, (2, 3), f32, like=gapped).strides == (3, 1)  # packed: the first layout's Output
     broadcast = DeviceArray(1 << 20, (2, 3), f32, (0, 1))

@@ -3,6 +3,7 @@ never created in cuDNN, arrays at made-up addresses. What a repeat call runs, wh
 from __future__ import annotations
 
 import threading
+import types
 from typing import NamedTuple
 
 import numpy as np
@@ -12,11 +13,12 @@ from cudnn_py.calls import engine_choice, prepared as P
 from cudnn_py.clib import recording
 from cudnn_py.capi import cudnnHandle_t
 from cudnn_py.errors import ClosedError, CudnnPyError, InvalidTypeError, InvalidValueError
-from cudnn_py.core import memory
+from cudnn_py.core import blocks, memory
 from cudnn_py.core.memory import DeviceArray
 from cudnn_py.core.strided import shares_elements
 from cudnn_py.ops import _common
-from helpers import FakeCFunction, held_ms_stand_in, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs
+from helpers import FakeCFunction, held_ms_stand_in, FakeWorkspace, fake_array, fake_cudnn_handle, fake_prepared_outputs, \
+    fake_takers
 
 arr, CFn, fake_handle = fake_array, FakeCFunction, fake_cudnn_handle
 
@@ -536,12 +538,30 @@ def test_a_reason_to_spoil_found_before_measuring_the_engines_stays(measuring):
     assert P.CACHE not in h.cache_info()
 
 
+def test_a_new_output_is_bound_to_the_handles_stream_once_per_stream(monkeypatch):
+    """``_device_allocator``: ``new(handle)`` answers a new array of the layout on the handle's stream and its address,
+    the device and stream bound once per stream (again when the handle's stream changes); a viewed allocation's
+    answers its memory alone (a Block, no array)."""
+    monkeypatch.undo()  # the real allocator, over stand-in blocks
+    made = fake_takers(monkeypatch).binds
+    h = types.SimpleNamespace(stream="s1", device=0)
+    like = arr((2, 3, 4), strides=(1, 2, 6))
+    new, block = P._device_allocator(like), P._device_allocator(arr((8,)), True)
+    (x, p), (y, q) = new(h), new(h)
+    assert (x.shape, x.strides, x.dtype, x.ptr, x.stream) == (like.shape, like.strides, like.dtype, p, "s1")
+    assert p != q and made == [(96, "as s1", 0)] and isinstance(x.owner, blocks.Block)
+    b, p = block(h)
+    assert type(b) is blocks.Block and b.ptr == p and made[-1] == (32, "as s1", 0)
+    h.stream = "s2"
+    assert new(h)[0].stream == "s2" and made[-1] == (96, "as s2", 0) and len(made) == 3
+
+
 def test_new_outputs_viewing_one_allocation_are_allocated_together_on_replay(monkeypatch):
     """A call whose new outputs are two views of one allocation it made (batch norm's saved statistics): a replay
     allocates that one allocation and views it alike (one allocation a call instead of two)."""
     made: list = []
     real = P._device_allocator
-    monkeypatch.setattr(P, "_device_allocator", lambda a: (made.append(a.shape), real(a))[1])
+    monkeypatch.setattr(P, "_device_allocator", lambda a, viewed=False: (made.append((a.shape, viewed)), real(a))[1])
     fn = CFn(pointer_params=(2, 3))
 
     @P.prepared(inputs=("x",), outputs=())
@@ -553,7 +573,7 @@ def test_new_outputs_viewing_one_allocation_are_allocated_together_on_replay(mon
     h = fake_handle()
     op(h, arr((8,)))
     a, b = op(h, arr((8,)))
-    assert made == [(96,)]  # the prepared call's one allocator: the views' allocation
+    assert made == [((96,), True)]  # the prepared call's one allocator: the views' allocation
     assert b.ptr - a.ptr == 256 and a.owner is b.owner and (a.shape, b.shape) == ((8,), (8,))
     assert fn.calls[-1][2:] == (a.ptr, b.ptr)
 

@@ -133,22 +133,16 @@ def test_new_output_has_room_for_the_gaps_of_its_strides(monkeypatch):
     layout in any order: its elements; strides with gaps, e.g. an attention output in a (B, S, 3, H, D) buffer: the
     gaps too, so nothing cuDNN writes lands past the allocation) and views it with those strides."""
     import types
-    from cudnn_py.core import memory
-    from cudnn_py.core.memory import DeviceArray
-    made = []
-
-    def allocator(shape, dtype, stream, device=None):
-        made.append((shape, stream, device))
-        return lambda: DeviceArray(4096, shape, dtype)
-    monkeypatch.setattr(memory, "allocator", allocator)
+    from helpers import fake_takers
+    made = fake_takers(monkeypatch).binds
     h = types.SimpleNamespace(stream="s", device=1, cache={})
     packed = R.new_output(h, (2, 3, 4), np.float16, (12, 1, 3))             # channels-last order, no gaps
     gapped = R.new_output(h, (1, 2, 4, 8), np.float16, (192, 8, 48, 1))     # (B, H, S, D) in (B, S, 3 * H, D)
-    assert made == [((24,), "s", 1), ((1 + 8 + 144 + 7,), "s", 1)]
+    assert made == [(24 * 2, "as s", 1), ((1 + 8 + 144 + 7) * 2, "as s", 1)]
     assert (packed.shape, packed.strides, gapped.shape, gapped.strides) == ((2, 3, 4), (12, 1, 3), (1, 2, 4, 8),
                                                                             (192, 8, 48, 1))
     assert R.new_output(capi.cudnnHandle_t(), (2, 2), np.float32, (2, 1)).shape == (2, 2)  # a raw handle
-    assert made[-1] == ((2, 2), None, None)
+    assert made[-1] == (16, "as None", 0)
 
 
 def test_autotuned_order_is_kept_per_handle_and_structure(monkeypatch):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import cudnn_py.graph as G
-from cudnn_py.core import memory
+from cudnn_py.calls import prepared
 from cudnn_py.graph import Graph
 from cudnn_py.graph import runner as grunner
 from cudnn_py.graph.ops import sdpa_builders as gsb
@@ -462,8 +462,8 @@ def fake_exec(monkeypatch):
     addr = iter(range(0x10000000, 0x20000000, 0x100000))
     monkeypatch.setattr(A, "new_output", lambda handle, shape, dtype, strides: DeviceArray(next(addr), shape, dtype,
                                                                                          strides))
-    monkeypatch.setattr(memory, "allocator", lambda shape, dtype, *a, **kw: lambda: DeviceArray(next(addr), shape,
-                                                                                              dtype))
+    monkeypatch.setattr(prepared, "_device_allocator", lambda a, viewed=False: lambda handle: (lambda x: (x, x.ptr))(
+        DeviceArray(next(addr), a.shape, a.dtype, a.strides)))  # a replay's new outputs
     return packs, made
 
 

@@ -21,11 +21,10 @@ import pytest
 from cudnn_py import Sdpa
 from cudnn_py.graph import runner as grunner
 from cudnn_py.calls import prepared
-from cudnn_py.core import memory
 from cudnn_py.core.memory import DeviceArray
 from cudnn_py.ops import sdpa as S
 from cudnn_py.ops import sdpa_args as A
-from helpers import FakeTorchDtype, FakeTorchTensor, fake_array, fake_cudnn_handle, fake_torch
+from helpers import FakeTorchDtype, FakeTorchTensor, fake_array, fake_cudnn_handle, fake_takers, fake_torch
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 SHAPE = (1, 2, 64, 64)
@@ -189,7 +188,7 @@ def _torch_ops(mp) -> types.ModuleType:
     runtime._local.contexts[0] = ctx
     # the core's new outputs: DeviceArrays at made-up addresses on the first call (then as stand-in torch tensors),
     # stand-in torch tensors of torch's allocator on a replay
-    mp.setattr(memory, "allocator", lambda shape, dtype, stream=None, *, device=None: lambda: fake_array(shape, dtype))
+    fake_takers(mp)
 
     def tensor(shape, strides, dtype, ptr):
         return _Tensor(shape, getattr(torch, np.dtype(dtype).name), ptr, strides)

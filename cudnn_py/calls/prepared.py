@@ -128,12 +128,17 @@ def to_package(a: Any, pkg: Any) -> Any:
     return a if convert is None else convert(a)
 
 
-def _device_allocator(a: DeviceArray) -> Callable[[Any], tuple]:
+def _device_allocator(a: DeviceArray, viewed: bool = False) -> Callable[[Any], tuple]:
+    """``new(handle) -> (array, address)``: a new DeviceArray of ``a``'s layout on the handle's stream; ``viewed``:
+    (its memory, address), no array made of it (what :func:`_view` s view)."""
     out = Output(a.shape, a.dtype, a.strides)
 
     def new(handle: Any) -> tuple:
-        x = out.on(handle.stream, handle.device)
-        return x, x.ptr
+        s = handle.stream
+        if out.stream is not s:
+            out.bind(s, handle.device)
+        b = out.take()
+        return b if viewed else out.make(b.ptr, b, s), b.ptr
     return new
 
 
@@ -504,7 +509,7 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     news = [(owners.index(shared[k][0]), _view(a, shared[k][1])) if k in shared else alloc(a)
             for k, a in enumerate(new)]
     return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace,
-                    tuple(closable.values()), [alloc(o) for o in owners], guard)
+                    tuple(closable.values()), [_device_allocator(o, True) for o in owners], guard)
 
 
 def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArray, int]]:
@@ -524,12 +529,12 @@ def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArr
 
 
 def _view(a: DeviceArray, offset: int) -> Callable[[Any, Any], tuple]:
-    """``view(allocation, handle) -> (array, address)``: ``a``'s layout at element ``offset`` of a replay's
-    allocation, a DeviceArray on the handle's stream as the allocation."""
+    """``view(block, handle) -> (array, address)``: ``a``'s layout at element ``offset`` of a replay's allocation
+    (:func:`_device_allocator`), a DeviceArray owning it on the handle's stream."""
     make = memory.array_maker(a.shape, a.dtype, a.strides, a.device_id, a.is_contiguous, layout_key(a))
     nbytes = offset * a.dtype.itemsize
 
-    def view(b: DeviceArray, handle: Any) -> tuple:
+    def view(b: Any, handle: Any) -> tuple:
         p = b.ptr + nbytes
         return make(p, b, handle.stream), p
     return view

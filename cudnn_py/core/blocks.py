@@ -18,7 +18,7 @@ from typing import Any
 from cudnn_py.errors import CudaOutOfMemoryError, CudnnPyError, cuda_error_from
 from cudnn_py.core.contexts import device_count, on_device
 
-__all__ = ["GRAIN", "LARGEST", "PER_SIZE", "Block", "keeps", "taker", "new_buffer", "empty_cache"]
+__all__ = ["GRAIN", "LARGEST", "PER_SIZE", "Block", "NOTHING", "keeps", "taker", "new_buffer", "empty_cache"]
 
 #: sizes are rounded up to a multiple of this many bytes, so that near sizes share blocks
 GRAIN = 512
@@ -64,14 +64,21 @@ def _close(buffer: Any) -> None:
             buffer.close()
 
 
+#: what an array of no elements takes: no memory
+NOTHING = Block(None, 0, None)
+
+
 def keeps(stream: Any) -> bool:
     """Whether arrays on ``stream`` (a cuda.core Stream) take and keep blocks: the legacy default stream's do."""
     return int(stream.handle) in _LEGACY
 
 
 def taker(dev: Any, stream: Any, nbytes: int) -> Callable[[], Block]:
-    """A function answering a block of at least ``nbytes`` (> 0) on ``stream`` of device ``dev`` per call: a kept one
-    where :func:`keeps` ``stream``, else a new allocation (``CudaOutOfMemoryError`` once the kept ones are freed)."""
+    """A function answering a block of at least ``nbytes`` on ``stream`` of device ``dev`` per call: a kept one where
+    :func:`keeps` ``stream``, else a new allocation (``CudaOutOfMemoryError`` once the kept ones are freed);
+    :data:`NOTHING` for 0 bytes."""
+    if not nbytes:
+        return lambda: NOTHING
     size = -(-nbytes // GRAIN) * GRAIN
     if not keeps(stream) or size > LARGEST:
         return lambda: Block(*_allocate(dev, stream, size, nbytes), None)

@@ -10,6 +10,7 @@ reads an array is yours to order (keep it referenced or synchronise), as in PyTo
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, Union, cast
@@ -336,21 +337,6 @@ def array_maker(shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...
     return make
 
 
-def _maker(dev: Device, s: Stream, shape: tuple[int, ...], dtype: np.dtype[Any], strides: tuple[int, ...],
-           nbytes: int, key: LayoutKey) -> Callable[[], DeviceArray]:
-    """A function making a new array of a checked layout (its :class:`LayoutKey` ``key``) on device ``dev`` and stream
-    ``s`` per call."""
-    make = array_maker(shape, dtype, strides, dev.device_id, True, key)
-    if nbytes == 0:
-        return lambda: make(0, None, s)
-    take = taker(dev, s, nbytes)
-
-    def new() -> DeviceArray:
-        b = take()
-        return make(b.ptr, b, s)
-    return new
-
-
 def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
               device: int | Device | None = None) -> Callable[[], DeviceArray]:
     """A function making a new :func:`empty` array of ``shape`` and ``dtype`` on ``stream`` per call, checked once.
@@ -358,16 +344,9 @@ def allocator(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike = None, *,
     :raises NoDeviceError: where no GPU can be used.
     :raises CudaOutOfMemoryError: (from the function) when the device has no room.
     """
-    shape = normalize_shape(shape)
-    dtype = array_dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
-        raise InvalidValueError(f"an array of shape {shape} and dtype {dtype} would take {nbytes} bytes; at most "
-                                f"2**63 - 1 can be addressed")
-    dev = get_device(device)
-    s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
-    strides = c_strides(shape)
-    return _maker(dev, s, shape, dtype, strides, nbytes, _key_of(shape, strides, dtype, dev.device_id))
+    out = Output(normalize_shape(shape), dtype)
+    out.bind(stream, device)
+    return functools.partial(out.on, stream, device)
 
 
 def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: int | Device | None) -> DeviceArray:
@@ -376,34 +355,44 @@ def _allocate(shape: Shape, dtype: npt.DTypeLike, stream: StreamLike, device: in
 
 class Output:
     """New arrays of ``shape``, ``dtype`` and element ``strides`` (None or packed: C-contiguous; else non-negative,
-    over the elements they span) on a handle's stream: call it with the handle. One :func:`allocator` per stream."""
+    over the elements they span), each owning a :class:`~cudnn_py.core.blocks.Block` (:meth:`on`). The device,
+    stream and layout are worked out once per stream (:meth:`bind`): then ``take()`` answers a block and ``make(ptr,
+    block, s)`` an array over it, on ``s``, the stream bound."""
 
-    __slots__ = ("shape", "dtype", "strides", "n", "stream", "new", "key")
+    __slots__ = ("shape", "dtype", "strides", "n", "stream", "s", "take", "make")
 
     def __init__(self, shape: tuple[int, ...], dtype: npt.DTypeLike, strides: tuple[int, ...] | None = None):
         self.shape, self.dtype = shape, array_dtype(dtype)
         self.strides = None if strides is None or is_c_contiguous(shape, strides) else tuple(strides)
         # the elements a new array holds: its shape's, or as many as the strides span
         self.n = math.prod(shape) if self.strides is None else 1 + extent(shape, self.strides)[1]
-        self.stream: Any = None
-        self.new: Any = None
-        self.key: LayoutKey | None = None  # a strided output's, on the stream's device
+        self.stream: Any = Output  # as given to bind (none yet: not a stream); s: as a cuda.core Stream
+        self.s: Any = None
+        self.take: Any = None
+        self.make: Any = None
 
-    def __call__(self, handle: Any) -> DeviceArray:
-        return self.on(handle.stream, handle.device)
+    def on(self, stream: StreamLike, device: int | Device | None) -> DeviceArray:
+        """A new array on ``stream`` of ``device``."""
+        if self.stream is not stream:
+            self.bind(stream, device)
+        b = self.take()
+        return self.make(b.ptr, b, self.s)
 
-    def on(self, stream: StreamLike, device: int | None) -> DeviceArray:
-        """A new array on ``stream`` of ``device`` (what calling it with a handle gives)."""
-        if self.new is None or self.stream is not stream:
-            self.new = allocator(self.shape if self.strides is None else (self.n,), self.dtype, stream, device=device)
-            self.stream, self.key = stream, None
-        a = self.new()
-        if self.strides is None:
-            return a
-        if self.key is None:
-            self.key = _key_of(self.shape, self.strides, self.dtype, a.device_id)
-        return DeviceArray.from_parts(a.ptr, self.shape, self.dtype, self.strides, a.device_id, a, a._stream, None,
-                                      self.key)
+    def bind(self, stream: StreamLike, device: int | Device | None) -> None:
+        """Make the arrays on ``stream`` of ``device`` from now on.
+
+        :raises NoDeviceError: where no GPU can be used.
+        """
+        nbytes = self.n * self.dtype.itemsize
+        if nbytes > MAX_BYTES:  # before any driver call: cuda.core would fail converting it to a size_t
+            raise InvalidValueError(f"an array of shape {self.shape} and dtype {self.dtype} would take {nbytes} "
+                                    f"bytes; at most 2**63 - 1 can be addressed")
+        dev = get_device(device)
+        s = as_stream(stream, dev)  # dev, not device: None would ask the driver for the current device again
+        strides = self.strides or c_strides(self.shape)
+        key = _key_of(self.shape, strides, self.dtype, dev.device_id)
+        self.make = array_maker(self.shape, self.dtype, strides, dev.device_id, self.strides is None, key)
+        self.take, self.s, self.stream = taker(dev, s, nbytes), s, stream  # the stream last: what on() tests
 
 
 def _queue(name: str, *args: Any) -> None:
