@@ -81,12 +81,12 @@ def catch(h, call: Callable[[], object]) -> tuple:
 
 def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None]:
     """``p``'s steps alone at the call's addresses (new outputs made once, kept in ``keep``)."""
-    addrs, bases = list(ptrs), [b(h)[0] for b in p.bases]  # the memory of new outputs viewing one allocation
+    addrs, bases = list(ptrs), [b.on(h.stream, h.device) for b in p.bases]  # what new outputs view
     keep += bases
     for new in p.news:
-        a, ptr = new[1](bases[new[0]], h) if type(new) is tuple else new(h)
+        a = new[2](bases[new[0]].ptr + new[1], None, h.stream) if type(new) is tuple else new.on(h.stream, h.device)
         keep.append(a)
-        addrs.append(ptr)
+        addrs.append(a.ptr)
     return host_overhead.bare_steps(h, p, addrs.__getitem__)
 
 
@@ -96,8 +96,10 @@ def profile(h, call: Callable[[], object], calls: int, rounds: int, sync) -> dic
     call()
     key, p, (hh, args, kwargs, ptrs) = catch(h, call)
     keep: list = []
-    made = [*p.bases, *(new for new in p.news if type(new) is not tuple)]  # the allocations
-    allocs = {f"alloc{i}": (lambda new=new: new(hh)) for i, new in enumerate(made)}
+    # the allocations: the blocks new outputs view, each other new output (an Output's, or its package allocator's)
+    made = [*(b.take for b in p.bases), *((lambda o=new: o.on(hh.stream, hh.device)) if type(new) is memory.Output
+                                          else (lambda new=new: new(hh)) for new in p.news if type(new) is not tuple)]
+    allocs = {f"alloc{i}": new for i, new in enumerate(made)}
     us = host_overhead.per_call({"package": call, "fast": lambda: p.fast(hh, args, kwargs),
                                  "replay": lambda: p.run(hh, args, kwargs, ptrs), "key": keyed(h, key, call),
                                  "bare": bare_steps(hh, p, ptrs, keep), **allocs}, calls, rounds, sync)
@@ -242,7 +244,7 @@ def floors(h, kinds: dict[str, Arrays], calls: int, rounds: int, sync) -> str:
     x = kinds["dev"]["x"]
     fns["DeviceArray key"] = lambda: (x.layout_key or memory.layout_key(x), x.ptr & 15)
     new_array = prep._device_allocator(x)
-    fns["DeviceArray new"] = lambda: new_array(h)
+    fns["DeviceArray new"] = lambda: new_array.on(h.stream, h.device)
     if "torch" in kinds:
         from cudnn_py import torch_outputs
         t = kinds["torch"]["x"]

@@ -259,7 +259,7 @@ def fake_prepared_outputs(monkeypatch) -> None:
     """New outputs of prepared calls as :func:`fake_array` s at made-up addresses (no device memory)."""
     from cudnn_py.calls import prepared
 
-    def alloc(a, viewed=False):
+    def alloc(a):
         def new(handle):
             x = fake_array(a.shape, a.dtype, a.strides)
             return x, x.ptr

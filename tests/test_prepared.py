@@ -538,22 +538,33 @@ def test_a_reason_to_spoil_found_before_measuring_the_engines_stays(measuring):
     assert P.CACHE not in h.cache_info()
 
 
-def test_a_new_output_is_bound_to_the_handles_stream_once_per_stream(monkeypatch):
-    """``_device_allocator``: ``new(handle)`` answers a new array of the layout on the handle's stream and its address,
-    the device and stream bound once per stream (again when the handle's stream changes); a viewed allocation's
-    answers its memory alone (a Block, no array)."""
-    monkeypatch.undo()  # the real allocator, over stand-in blocks
-    made = fake_takers(monkeypatch).binds
-    h = types.SimpleNamespace(stream="s1", device=0)
-    like = arr((2, 3, 4), strides=(1, 2, 6))
-    new, block = P._device_allocator(like), P._device_allocator(arr((8,)), True)
-    (x, p), (y, q) = new(h), new(h)
-    assert (x.shape, x.strides, x.dtype, x.ptr, x.stream) == (like.shape, like.strides, like.dtype, p, "s1")
-    assert p != q and made == [(96, "as s1", 0)] and isinstance(x.owner, blocks.Block)
-    b, p = block(h)
-    assert type(b) is blocks.Block and b.ptr == p and made[-1] == (32, "as s1", 0)
-    h.stream = "s2"
-    assert new(h)[0].stream == "s2" and made[-1] == (96, "as s2", 0) and len(made) == 3
+def test_a_replay_takes_its_new_outputs_blocks_on_the_handles_stream(monkeypatch):
+    """A replay takes the blocks of its new DeviceArrays itself (``memory.Output``, bound once per handle stream and
+    again when the handle's stream changes): each call new arrays of the recorded layouts at new addresses, those the
+    C function got; views of one allocation own its block."""
+    monkeypatch.undo()  # the real allocations, of stand-in blocks
+    made = fake_takers(monkeypatch)
+    fn = CFn(pointer_params=(1, 2, 3, 4))
+
+    @P.prepared(inputs=("x",), outputs=())
+    def op(handle, x):
+        y = memory.Output((2, 3, 4), np.float32, (1, 2, 6)).on(handle.stream, handle.device)
+        base = memory.Output((96,), np.float32).on(handle.stream, handle.device)
+        a, b = (DeviceArray.from_parts(base.ptr + i * 256, (8,), base.dtype, (1,), 0, base, None) for i in (0, 1))
+        _common.launch(handle, fn, handle.ptr, x, y, a, b)
+        return y, a, b
+    h, x = fake_handle(), arr((8,))
+    h._stream = "s1"
+    op(h, x)
+    assert len(made.binds) == 2 and P.CACHE in h.cache
+    for stream in ("s1", "s1", "s2"):
+        h._stream = stream
+        y, a, b = op(h, x)
+        assert (y.shape, y.strides, y.stream, a.stream) == ((2, 3, 4), (1, 2, 6), stream, stream)
+        assert type(y.owner) is type(a.owner) is blocks.Block and a.owner is b.owner and b.ptr - a.ptr == 256
+        assert fn.calls[-1][1:] == (x.ptr, y.ptr, a.ptr, b.ptr) and y.ptr == made.blocks[-1].ptr
+    assert len(fn.calls) == 4 and len(made.blocks) == 8  # two a call
+    assert [bind[1:] for bind in made.binds[2:]] == [("as s1", 0)] * 2 + [("as s2", 0)] * 2  # the replay's own
 
 
 def test_new_outputs_viewing_one_allocation_are_allocated_together_on_replay(monkeypatch):
@@ -561,7 +572,7 @@ def test_new_outputs_viewing_one_allocation_are_allocated_together_on_replay(mon
     allocates that one allocation and views it alike (one allocation a call instead of two)."""
     made: list = []
     real = P._device_allocator
-    monkeypatch.setattr(P, "_device_allocator", lambda a, viewed=False: (made.append((a.shape, viewed)), real(a))[1])
+    monkeypatch.setattr(P, "_device_allocator", lambda a: (made.append(a.shape), real(a))[1])
     fn = CFn(pointer_params=(2, 3))
 
     @P.prepared(inputs=("x",), outputs=())
@@ -573,7 +584,7 @@ def test_new_outputs_viewing_one_allocation_are_allocated_together_on_replay(mon
     h = fake_handle()
     op(h, arr((8,)))
     a, b = op(h, arr((8,)))
-    assert made == [((96,), True)]  # the prepared call's one allocator: the views' allocation
+    assert made == [(96,)]  # the prepared call's one allocator: the views' allocation
     assert b.ptr - a.ptr == 256 and a.owner is b.owner and (a.shape, b.shape) == ((8,), (8,))
     assert fn.calls[-1][2:] == (a.ptr, b.ptr)
 

@@ -128,18 +128,9 @@ def to_package(a: Any, pkg: Any) -> Any:
     return a if convert is None else convert(a)
 
 
-def _device_allocator(a: DeviceArray, viewed: bool = False) -> Callable[[Any], tuple]:
-    """``new(handle) -> (array, address)``: a new DeviceArray of ``a``'s layout on the handle's stream; ``viewed``:
-    (its memory, address), no array made of it (what :func:`_view` s view)."""
-    out = Output(a.shape, a.dtype, a.strides)
-
-    def new(handle: Any) -> tuple:
-        s = handle.stream
-        if out.stream is not s:
-            out.bind(s, handle.device)
-        b = out.take()
-        return b if viewed else out.make(b.ptr, b, s), b.ptr
-    return new
+def _device_allocator(a: DeviceArray) -> Output:
+    """What makes a new DeviceArray of ``a``'s layout on a handle's stream (its blocks taken in a prepared call)."""
+    return Output(a.shape, a.dtype, a.strides)
 
 
 # ---------------------------------------------------------------- the prepared call
@@ -159,7 +150,7 @@ class Prepared:
 
     def __init__(self, name: str, steps: list[tuple], news: list, overlaps: list[tuple], result: tuple,
                  shape: Any, n_slots: int, uses: frozenset[str] = frozenset(), workspace: int = 0,
-                 closable: Sequence[Descriptor] = (), bases: Sequence[Callable[[Any], tuple]] = (),
+                 closable: Sequence[Descriptor] = (), bases: Sequence[Any] = (),
                  guard: tuple[list[str], list[str], dict[str, Any]] | None = None):
         self.name, self.steps, self.news, self.uses, self.workspace = name, steps, news, uses, workspace
         self.bases = bases
@@ -176,13 +167,25 @@ class Prepared:
             lines.append(f"    if d{k}.closed:\n        return MISS")
         if workspace:  # every step's workspace fetched (grown, or refused) before the first step queues anything
             lines.append(f"    ws = handle.workspace.get({workspace}, handle.stream)")
-        for j, base in enumerate(bases):  # one allocation that several new outputs view
-            env[f"base{j}"] = base
-            lines.append(f"    b{j}, _ = base{j}(handle)")
+        # each allocation (the ones new outputs view, then each other new output's) as b{j} at address q{j}: an
+        # Output's block, taken inline on the handle's stream, or a package allocator's (array, address)
+        takes = [*bases, *(new for new in news if type(new) is not tuple)]
+        if bases or Output in map(type, takes):
+            lines.append("    s = handle.stream")
+        for j, t in enumerate(takes):
+            env[f"o{j}"] = t
+            lines.append(f"    if o{j}.stream is not s:\n        o{j}.bind(s, handle.device)\n    b{j} = o{j}.take()\n"
+                         f"    q{j} = b{j}.ptr" if type(t) is Output else f"    b{j}, q{j} = o{j}(handle)")
         for k, new in enumerate(news):
-            view = type(new) is tuple  # (allocation index, view): a view of one of the allocations above
-            env[f"new{k}"] = new[1] if view else new
-            lines.append(f"    n{k}, p{n_slots + k} = new{k}({f'b{new[0]}, ' if view else ''}handle)")
+            if type(new) is tuple:  # (allocation j, byte offset, array maker): a view of allocation j
+                j, offset, make = new
+                env[f"make{k}"] = make
+                lines.append(f"    p{n_slots + k} = q{j}{f' + {offset}' if offset else ''}\n"
+                             f"    n{k} = make{k}(p{n_slots + k}, b{j}, s)")
+            else:
+                j = next(j for j, t in enumerate(takes) if t is new)
+                lines.append(f"    p{n_slots + k} = q{j}\n    n{k} = " +
+                             (f"o{j}.make(q{j}, b{j}, s)" if type(new) is Output else f"b{j}"))
         for j, (call, base, slots, workspaces, keep) in enumerate(steps):
             env[f"call{j}"], env[f"keep{j}"] = call, keep
             args = []
@@ -506,10 +509,11 @@ def _make(spec: _Spec, rec: recording.Recording, result: Any, slots: list, ptrs:
     # allocated one by one (torch's allocation costs less than its as_strided view)
     shared = {} if torch else _shared(new, {*given, *map(id, new)})
     owners = list({id(o): o for o, _ in shared.values()}.values())  # allocated once each, viewed by its outputs
-    news = [(owners.index(shared[k][0]), _view(a, shared[k][1])) if k in shared else alloc(a)
-            for k, a in enumerate(new)]
+    news = [(owners.index(shared[k][0]), shared[k][1] * a.dtype.itemsize, memory.array_maker(
+        a.shape, a.dtype, a.strides, a.device_id, a.is_contiguous, layout_key(a))) if k in shared else alloc(a)
+        for k, a in enumerate(new)]
     return Prepared(spec.name, steps, news, overlaps, tuple(src), shape, len(ptrs), frozenset(rec.uses), workspace,
-                    tuple(closable.values()), [_device_allocator(o, True) for o in owners], guard)
+                    tuple(closable.values()), [_device_allocator(o) for o in owners], guard)
 
 
 def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArray, int]]:
@@ -526,18 +530,6 @@ def _shared(new: list[DeviceArray], seen: set[int]) -> dict[int, tuple[DeviceArr
         if not rest and 0 <= offset and offset + a.span()[1] <= o.size:
             by_owner.setdefault(id(o), []).append((k, offset))
     return {k: (new[k].owner, offset) for views in by_owner.values() if len(views) > 1 for k, offset in views}
-
-
-def _view(a: DeviceArray, offset: int) -> Callable[[Any, Any], tuple]:
-    """``view(block, handle) -> (array, address)``: ``a``'s layout at element ``offset`` of a replay's allocation
-    (:func:`_device_allocator`), a DeviceArray owning it on the handle's stream."""
-    make = memory.array_maker(a.shape, a.dtype, a.strides, a.device_id, a.is_contiguous, layout_key(a))
-    nbytes = offset * a.dtype.itemsize
-
-    def view(b: Any, handle: Any) -> tuple:
-        p = b.ptr + nbytes
-        return make(p, b, handle.stream), p
-    return view
 
 
 def _guard(spec: _Spec, args: tuple, kwargs: dict, ptrs: list,
