@@ -84,9 +84,10 @@ def bare_steps(h, p: prep.Prepared, ptrs: list, keep: list) -> Callable[[], None
     addrs, bases = list(ptrs), [b.on(h.stream, h.device) for b in p.bases]  # what new outputs view
     keep += bases
     for new in p.news:
-        a = new[2](bases[new[0]].ptr + new[1], None, h.stream) if type(new) is tuple else new.on(h.stream, h.device)
+        a = new[2](bases[new[0]].ptr + new[1], None, h.stream) if type(new) is tuple else \
+            new.on(h.stream, h.device) if type(new) is memory.Output else new(h)[0]  # a package allocator's
         keep.append(a)
-        addrs.append(a.ptr)
+        addrs.append(a.ptr if type(a) is memory.DeviceArray else a.data_ptr())
     return host_overhead.bare_steps(h, p, addrs.__getitem__)
 
 
