@@ -199,8 +199,9 @@ class _Buffer:
 @contextlib.contextmanager
 def _stand_ins():
     """A Handle never created in cuDNN, the legacy C calls of relu and batch norm stubbed, the only device and its
-    default stream stand-ins (so that new arrays take the real allocator's kept blocks of made-up buffers)."""
-    from cudnn_py.core import contexts
+    default stream stand-ins (so that new arrays take the real allocator's kept blocks of made-up buffers, dropped
+    after)."""
+    from cudnn_py.core import blocks, contexts
     from cudnn_py.core.handle import Handle
     dev = types.SimpleNamespace(device_id=0, allocate=lambda size, stream=None: _Buffer(size))
     stream = types.SimpleNamespace(handle=0)  # the legacy default stream's
@@ -211,7 +212,7 @@ def _stand_ins():
 
     names = ("cudnnActivationForward", "cudnnBatchNormalizationForwardTraining")
     saved = {n: getattr(capi, n) for n in names}
-    saved_device = memory.get_device, memory.as_stream, contexts._DEVICE_COUNT[:]
+    saved_device = memory.get_device, memory.as_stream, contexts._DEVICE_COUNT[:], dict(blocks._kept)
     h = Handle.__new__(Handle)
     h._ptr, h.cache, h.workspace, h._stream, h._stream_ptr, h.device = capi.cudnnHandle_t(1), {}, Workspace(), stream, 0, 0
     try:
@@ -223,7 +224,9 @@ def _stand_ins():
     finally:
         for n in names:
             setattr(capi, n, saved[n])
-        memory.get_device, memory.as_stream, contexts._DEVICE_COUNT[:] = saved_device
+        memory.get_device, memory.as_stream, contexts._DEVICE_COUNT[:], kept = saved_device
+        blocks._kept.clear()  # the stand-in buffers kept go
+        blocks._kept.update(kept)
 
 
 def smoke() -> None:
