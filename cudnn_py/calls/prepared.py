@@ -176,6 +176,7 @@ class Prepared:
             env[f"o{j}"] = t
             lines.append(f"    if o{j}.stream is not s:\n        o{j}.bind(s, handle.device)\n    b{j} = o{j}.take()\n"
                          f"    q{j} = b{j}.ptr" if type(t) is Output else f"    b{j}, q{j} = o{j}(handle)")
+        own = iter(range(len(bases), len(takes)))  # the allocation index of each new output not a view
         for k, new in enumerate(news):
             if type(new) is tuple:  # (allocation j, byte offset, array maker): a view of allocation j
                 j, offset, make = new
@@ -183,7 +184,7 @@ class Prepared:
                 lines.append(f"    p{n_slots + k} = q{j}{f' + {offset}' if offset else ''}\n"
                              f"    n{k} = make{k}(p{n_slots + k}, b{j}, s)")
             else:
-                j = next(j for j, t in enumerate(takes) if t is new)
+                j = next(own)
                 lines.append(f"    p{n_slots + k} = q{j}\n    n{k} = " +
                              (f"o{j}.make(q{j}, b{j}, s)" if type(new) is Output else f"b{j}"))
         for j, (call, base, slots, workspaces, keep) in enumerate(steps):
